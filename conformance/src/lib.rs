@@ -1,0 +1,1 @@
+//! Conformance suites: cni-guard under cnitool and containerd, in network namespaces.

@@ -1,0 +1,1 @@
+//! cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# What cni-guard adds to a pod start, measured side by side with what it wraps (issue 6).
+#
+#   scripts/bench.sh                 full run (a few minutes); writes bench/results.md
+#   scripts/bench.sh --quick         a few runs of everything (the smoke test); writes
+#                                    target/bench-quick/results.md unless --out is given
+#   scripts/bench.sh --out FILE      write the report elsewhere
+#
+# Builds cni-guard (static, and dynamically linked for comparison), the no-op delegate
+# `cni-noop` and the `exec-floor` binary (bench/), creates its own temp dirs and, as root, two
+# network namespaces (a "host" one the benchmark runs in, where the bridge lives, and a
+# container one), and removes all of it on exit, also on failure. The timing is done by
+# bench/src (interleaved rounds, medians); hyperfine and /usr/bin/time cross-check the fast path
+# and the peak RSS. Nothing here asserts a timing: targets are reported, not enforced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+quick=""
+out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --out) out="$2"; shift ;;
+    *) echo "bench: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$out" ]; then
+  if [ -n "$quick" ]; then out=target/bench-quick/results.md; else out=bench/results.md; fi
+fi
+mkdir -p "$(dirname "$out")"
+out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
+
+is_root=""
+[ "$(id -u)" = 0 ] && is_root=1
+missing_prereq() {
+  if [ "${CI:-}" = true ]; then
+    echo "bench: FAILED: $1 (required under CI=true)" >&2
+    exit 1
+  fi
+  echo "bench: SKIPPING $2: $1" >&2
+}
+
+# --- tools (installed on a fresh machine, as root) ---------------------------------------
+need_pkgs=()
+command -v hyperfine >/dev/null || need_pkgs+=(hyperfine)
+[ -x /usr/bin/time ] || need_pkgs+=(time)
+[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
+command -v jq >/dev/null || need_pkgs+=(jq)
+command -v ip >/dev/null || need_pkgs+=(iproute2)
+command -v nsenter >/dev/null || need_pkgs+=(util-linux)
+if [ ${#need_pkgs[@]} -gt 0 ] && [ -n "$is_root" ] && command -v apt-get >/dev/null; then
+  echo "bench: installing ${need_pkgs[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- build ---------------------------------------------------------------------------------
+host="$(rustc -vV | sed -n 's/^host: //p')"
+echo "bench: building (static: cni-guard, cni-noop, exec-floor, driver)" >&2
+# --target keeps the static flag off the proc macros, which cannot be static.
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked -q \
+  --target "$host" --target-dir target/bench-static -p cni-guard -p cni-guard-bench
+static="target/bench-static/$host/release"
+if [ -z "$quick" ]; then
+  echo "bench: building (dynamically linked cni-guard)" >&2
+  RUSTFLAGS="-C target-feature=-crt-static" cargo build --release --locked -q \
+    --target-dir target/bench-dynamic -p cni-guard
+fi
+
+# --- scratch space, namespaces, and their removal ------------------------------------------
+# The records go where a node keeps them: on a disk filesystem, not tmpfs (/var/tmp, not /tmp).
+work="$(mktemp -d /var/tmp/cni-guard-bench.XXXXXX)"
+shm=""
+if [ "$(stat -f -c %T /dev/shm 2>/dev/null || true)" = tmpfs ]; then
+  shm="$(mktemp -d /dev/shm/cni-guard-bench.XXXXXX)"
+fi
+suffix="$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
+host_ns="cgb-host-$suffix"
+ctr_ns="cgb-ctr-$suffix"
+made_ns=()
+cleanup() {
+  local rc=$?
+  for ns in "${made_ns[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+  rm -rf "$work"
+  [ -n "$shm" ] && rm -rf "$shm"
+  exit $rc
+}
+trap cleanup EXIT INT TERM
+
+bin="$work/bin"
+mkdir -p "$bin"
+cp "$static/cni-guard" "$static/cni-noop" "$static/exec-floor" "$bin/"
+[ -z "$quick" ] && cp target/bench-dynamic/release/cni-guard "$bin/cni-guard-dynamic"
+driver="$static/cni-guard-bench"
+
+args=(--bin "$bin" --work "$work" --out "$out")
+[ -n "$quick" ] && args+=(--quick)
+[ -n "$shm" ] && args+=(--tmpfs "$shm")
+run=()
+if [ -z "$is_root" ]; then
+  missing_prereq "not root (network namespaces)" "the real bridge ADD+DEL"
+elif [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/lib/cni/host-local ]; then
+  missing_prereq "no reference plugins in /usr/lib/cni" "the real bridge ADD+DEL"
+else
+  ip netns add "$host_ns"; made_ns+=("$host_ns")
+  ip netns add "$ctr_ns"; made_ns+=("$ctr_ns")
+  ip -n "$host_ns" link set lo up
+  ip -n "$ctr_ns" link set lo up
+  args+=(--ref-plugins /usr/lib/cni --ctr-netns "/run/netns/$ctr_ns")
+  # nsenter, not `ip netns exec`: only the network namespace changes.
+  run=(nsenter "--net=/run/netns/$host_ns")
+fi
+
+{
+  echo "## Setup"
+  echo
+  echo "- Records (cacheDir) on: \`$(stat -f -c %T "$work")\` ($(df --output=source "$work" | tail -n 1)); tmpfs diagnostic dir: ${shm:-none}"
+  echo "- cni-guard, cni-noop, exec-floor built with \`RUSTFLAGS=\"-C target-feature=+crt-static\"\`, and (full run only) a dynamically linked cni-guard with \`-C target-feature=-crt-static\`; release profile of the workspace"
+  echo "- hyperfine $(hyperfine --version 2>/dev/null | awk '{print $2}'), $(/usr/bin/time --version 2>&1 | head -n 1), containernetworking-plugins $(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null || echo '?')"
+} >"$work/setup.md"
+args+=(--appendix "$work/setup.md")
+
+echo "bench: running${quick:+ (quick)}" >&2
+"${run[@]}" "$driver" "${args[@]}"
+
+# --- cross-checks with public tools (appended to the report) --------------------------------
+export CNI_COMMAND=ADD CNI_CONTAINERID=hyperfine1 CNI_NETNS=/run/netns/none CNI_IFNAME=eth0 \
+  CNI_PATH="$bin" CNI_GUARD_SYSLOG="$work/no-syslog.sock"
+g="$work/g-fast.json"
+if [ -n "$quick" ]; then hf=(-w 2 -r 5); else hf=(-w 50 -r 500); fi
+hyperfine -S sh "${hf[@]}" --style basic --export-json "$work/hyperfine.json" \
+  -n "cni-noop, direct" "$bin/cni-noop < $g" \
+  -n "exec-floor -> cni-noop" "$bin/exec-floor $bin/cni-noop < $g" \
+  -n "cni-guard (static) -> cni-noop" "$bin/cni-guard < $g" >"$work/hyperfine.txt" 2>&1 \
+  || { cat "$work/hyperfine.txt" >&2; echo "bench: FAILED: hyperfine" >&2; exit 1; }
+rss() { { /usr/bin/time -v "$@" 2>&1 >/dev/null || true; } | sed -n 's/.*Maximum resident set size (kbytes): //p'; }
+rss_exec="$(rss "$bin/cni-guard" <"$g")"
+rss_refuse="$(rss "$bin/cni-guard" <"$work/g-missing.json")"
+[ -n "$rss_exec" ] && [ -n "$rss_refuse" ] || { echo "bench: FAILED: /usr/bin/time -v gave no RSS" >&2; exit 1; }
+{
+  echo
+  echo "## Cross-check: hyperfine (fast path, through \`sh -c\`, shell start-up subtracted by hyperfine; same container ID every run, so the record is replaced, not created; log to stderr)"
+  echo
+  echo "| Command | Median | Mean ± σ | Runs |"
+  echo "|---|---|---|---|"
+  jq -r '.results[] | "| \(.command) | \(.median*1e6|round/1e3) ms | \(.mean*1e6|round/1e3) ± \(.stddev*1e6|round/1e3) ms | \(.times|length) |"' \
+    "$work/hyperfine.json"
+  echo
+  echo "## Cross-check: /usr/bin/time -v, maximum resident set size"
+  echo
+  echo "- cni-guard ADD, exec path (the guard, then cni-noop in the same process): ${rss_exec} KiB"
+  echo "- cni-guard ADD, refused: ${rss_refuse} KiB"
+} >>"$out"
+echo "bench: report in $out" >&2

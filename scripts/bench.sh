@@ -5,6 +5,11 @@
 #   scripts/bench.sh --quick         a few runs of everything (the smoke test); writes
 #                                    target/bench-quick/results.md unless --out is given
 #   scripts/bench.sh --out FILE      write the report elsewhere
+#   scripts/bench.sh --only fast,refusal   only the sections whose names start so (fast, child,
+#                                    real, refusal, wake, 64, attachments, delegate); writes
+#                                    target/bench-partial/results.md unless --out is given
+#   scripts/bench.sh --candidate NAME=BIN   also measure another cni-guard binary (a proposed
+#                                    change) beside the real one in the fast path; repeatable
 #
 # Builds cni-guard (static, and dynamically linked for comparison), the no-op delegate
 # `cni-noop` and the `exec-floor` binary (bench/), creates its own temp dirs and, as root, two
@@ -18,16 +23,26 @@ export CARGO_TERM_COLOR=never
 
 quick=""
 out=""
+only=""
+candidates=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --out) out="$2"; shift ;;
+    --only) only="$2"; shift ;;
+    --candidate) candidates+=("$2"); shift ;;
     *) echo "bench: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 if [ -z "$out" ]; then
-  if [ -n "$quick" ]; then out=target/bench-quick/results.md; else out=bench/results.md; fi
+  if [ -n "$quick" ]; then
+    out=target/bench-quick/results.md
+  elif [ -n "$only" ]; then
+    out=target/bench-partial/results.md
+  else
+    out=bench/results.md
+  fi
 fi
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
@@ -99,6 +114,12 @@ driver="$static/cni-guard-bench"
 args=(--bin "$bin" --work "$work" --out "$out")
 [ -n "$quick" ] && args+=(--quick)
 [ -n "$shm" ] && args+=(--tmpfs "$shm")
+[ -n "$only" ] && args+=(--only "$only")
+for c in "${candidates[@]}"; do
+  name="${c%%=*}"
+  cp "${c#*=}" "$bin/cni-guard-candidate-$name"
+  args+=(--candidate "$name=$bin/cni-guard-candidate-$name")
+done
 run=()
 if [ -z "$is_root" ]; then
   missing_prereq "not root (network namespaces)" "the real bridge ADD+DEL"

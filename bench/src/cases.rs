@@ -19,7 +19,8 @@ pub struct Results {
     pub real: Option<Vec<Samples>>,
     pub refusal: Vec<Samples>,
     /// Rename-to-delegate-start latencies.
-    pub wake: Vec<Duration>,
+    /// Per guard binary (the real one first, then candidates): the latencies.
+    pub wake: Vec<(String, Vec<Duration>)>,
     /// Total wall time of 64 concurrent ADDs: direct, then through the guard.
     pub concurrent: Vec<Samples>,
     /// (attachments, samples); the first entry is the direct noop reference.
@@ -213,6 +214,9 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
     };
     let section =
         |r: &mut Results, name: &str, f: &mut dyn FnMut(&mut Results) -> Result<(), String>| {
+            if !opts.only.is_empty() && !opts.only.iter().any(|o| name.starts_with(o.as_str())) {
+                return Ok(());
+            }
             eprintln!("cni-guard-bench: {name} ...");
             let before = loadavg();
             let t = Instant::now();
@@ -257,6 +261,12 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
             cases.push(Case::one(
                 "cni-guard (static) → cni-noop, records on tmpfs",
                 Step::new(&l.guard(), "ADD", &g).expect(0, ok),
+            ));
+        }
+        for (name, path) in &opts.candidates {
+            cases.push(Case::one(
+                format!("candidate {name} → cni-noop"),
+                Step::new(path, "ADD", &g_fast).expect(0, ok),
             ));
         }
         cases.push(Case::one(
@@ -389,7 +399,13 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
     let wake_conf = l.netd.join("40-wake.conf");
     let g_wake = l.guard_conf("g-wake.json", "1.0.0", &wake_conf, &[], 10, &l.cache)?;
     section(&mut r, "wake-up", &mut |r| {
-        r.wake = wake_up(&l, &env, &g_wake, &wake_conf, plan.wake, &mut rng)?;
+        let mut guards = vec![("cni-guard".to_owned(), l.guard())];
+        guards.extend(
+            opts.candidates
+                .iter()
+                .map(|(n, p)| (format!("candidate {n}"), p.clone())),
+        );
+        r.wake = wake_up(&l, &env, &guards, &g_wake, &wake_conf, plan.wake, &mut rng)?;
         clear_records(std::slice::from_ref(&l.cache))
     })?;
 
@@ -531,41 +547,52 @@ fn padded_conf(size: usize) -> Vec<u8> {
 }
 
 /// Starts a waiting ADD, renames the delegate into place at a random moment, and returns how
-/// long after the rename the delegate started (as `cni-noop` stamps it).
+/// long after the rename the delegate started (as `cni-noop` stamps it). The guards take turns.
 fn wake_up(
     l: &Layout,
     env: &Env,
+    guards: &[(String, PathBuf)],
     g: &Path,
     conf: &Path,
     n: usize,
     rng: &mut Rng,
-) -> Result<Vec<Duration>, String> {
+) -> Result<Vec<(String, Vec<Duration>)>, String> {
     let stamp = l.work.join("wake.stamp");
-    let step = Step::new(&l.guard(), "ADD", g).env("CNI_NOOP_STAMP", stamp.display().to_string());
     let body =
         serde_json::to_vec(&json!({"cniVersion":"1.0.0","name":"noopnet","type":"cni-noop"}))
             .expect("serializes");
     let tmp = conf.with_file_name(".40-wake.conf.tmp");
-    let mut out = Vec::new();
+    let mut out: Vec<(String, Vec<Duration>)> = guards
+        .iter()
+        .map(|(name, _)| (name.clone(), Vec::new()))
+        .collect();
+    let mut order: Vec<usize> = (0..guards.len()).collect();
     for _ in 0..n {
-        let _ = std::fs::remove_file(conf);
-        let _ = std::fs::remove_file(&stamp);
-        let id = measure::fresh_container_id();
-        let running = measure::start(&step, env, &id, "wake-up")?;
-        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
-        std::fs::write(&tmp, &body).map_err(|e| e.to_string())?;
-        let renamed = measure::monotonic_ns();
-        std::fs::rename(&tmp, conf).map_err(|e| e.to_string())?;
-        measure::reap(running)?;
-        let started: u128 = std::fs::read_to_string(&stamp)
-            .map_err(|e| format!("wake-up: the delegate did not run: {e}"))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("wake-up: bad stamp: {e}"))?;
-        if started < renamed {
-            return Err("wake-up: the delegate ran before the rename".into());
+        rng.shuffle(&mut order);
+        for &i in &order {
+            let step = Step::new(&guards[i].1, "ADD", g)
+                .env("CNI_NOOP_STAMP", stamp.display().to_string());
+            let _ = std::fs::remove_file(conf);
+            let _ = std::fs::remove_file(&stamp);
+            let id = measure::fresh_container_id();
+            let running = measure::start(&step, env, &id, "wake-up")?;
+            std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
+            std::fs::write(&tmp, &body).map_err(|e| e.to_string())?;
+            let renamed = measure::monotonic_ns();
+            std::fs::rename(&tmp, conf).map_err(|e| e.to_string())?;
+            measure::reap(running)?;
+            let started: u128 = std::fs::read_to_string(&stamp)
+                .map_err(|e| format!("wake-up: the delegate did not run: {e}"))?
+                .trim()
+                .parse()
+                .map_err(|e| format!("wake-up: bad stamp: {e}"))?;
+            if started < renamed {
+                return Err("wake-up: the delegate ran before the rename".into());
+            }
+            out[i]
+                .1
+                .push(Duration::from_nanos((started - renamed) as u64));
         }
-        out.push(Duration::from_nanos((started - renamed) as u64));
     }
     let _ = std::fs::remove_file(conf);
     Ok(out)

@@ -32,6 +32,10 @@ pub struct Options {
     pub out: PathBuf,
     /// Extra sections (machine facts, hyperfine, /usr/bin/time) to append verbatim.
     pub appendix: Vec<PathBuf>,
+    /// Other guard binaries to measure beside the real one (proposed changes), by name.
+    pub candidates: Vec<(String, PathBuf)>,
+    /// Run only the sections whose names start with one of these.
+    pub only: Vec<String>,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -44,6 +48,8 @@ fn parse_args() -> Result<Options, String> {
         quick: false,
         out: PathBuf::from("bench/results.md"),
         appendix: Vec::new(),
+        candidates: Vec::new(),
+        only: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -56,12 +62,20 @@ fn parse_args() -> Result<Options, String> {
             "--tmpfs" => o.tmpfs = Some(value()?.into()),
             "--out" => o.out = value()?.into(),
             "--appendix" => o.appendix.push(value()?.into()),
+            "--candidate" => {
+                let v = value()?;
+                let (name, path) = v
+                    .split_once('=')
+                    .ok_or_else(|| format!("--candidate wants NAME=PATH, not {v:?}"))?;
+                o.candidates.push((name.to_owned(), path.into()));
+            }
+            "--only" => o.only.extend(value()?.split(',').map(str::to_owned)),
             "--quick" => o.quick = true,
             _ => return Err(format!("unknown argument {a:?}")),
         }
     }
     if o.bin.as_os_str().is_empty() || o.work.as_os_str().is_empty() {
-        return Err("usage: cni-guard-bench --bin DIR --work DIR [--ref-plugins DIR --ctr-netns PATH] [--tmpfs DIR] [--quick] [--out FILE] [--appendix FILE]...".into());
+        return Err("usage: cni-guard-bench --bin DIR --work DIR [--ref-plugins DIR --ctr-netns PATH] [--tmpfs DIR] [--quick] [--only SECTION,...] [--candidate NAME=GUARD]... [--out FILE] [--appendix FILE]...".into());
     }
     Ok(o)
 }

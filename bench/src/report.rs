@@ -24,6 +24,23 @@ fn diff_ms(a: Duration, b: Duration) -> f64 {
     (a.as_secs_f64() - b.as_secs_f64()) * 1e3
 }
 
+/// The overhead of `s` over `base` in ms: the median of the per-round differences (each round
+/// runs both, close in time, so a load change between rounds cancels out).
+fn over(s: &Samples, base: &Samples) -> f64 {
+    let mut d: Vec<f64> = s
+        .times
+        .iter()
+        .zip(&base.times)
+        .map(|(a, b)| diff_ms(*a, *b))
+        .collect();
+    d.sort_by(f64::total_cmp);
+    match d.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => d[n / 2],
+        n => (d[n / 2 - 1] + d[n / 2]) / 2.0,
+    }
+}
+
 fn verdict(ok: bool) -> String {
     if ok { "met" } else { "MISSED" }.to_owned()
 }
@@ -56,11 +73,11 @@ fn rows(r: &Results) -> Vec<Row> {
         })
     };
     // 1. Fast path.
-    let noop = find(&r.fast, "cni-noop")
-        .map(Samples::median)
-        .unwrap_or_default();
+    let empty = Samples::default();
+    let noop_s = find(&r.fast, "cni-noop").unwrap_or(&empty);
+    let noop = noop_s.median();
     let floor = find(&r.fast, "exec-floor")
-        .map(|s| diff_ms(s.median(), noop))
+        .map(|s| over(s, noop_s))
         .unwrap_or(0.0);
     push(
         "1. cni-noop called directly (baseline)",
@@ -85,7 +102,7 @@ fn rows(r: &Results) -> Vec<Row> {
         ),
     ] {
         if let Some(s) = find(&r.fast, name) {
-            let o = diff_ms(s.median(), noop);
+            let o = over(s, noop_s);
             let ratio = o / floor;
             push(
                 label,
@@ -96,7 +113,7 @@ fn rows(r: &Results) -> Vec<Row> {
         }
     }
     if let Some(s) = find(&r.fast, "cni-guard (static) → cni-noop, records on tmpfs") {
-        let o = diff_ms(s.median(), noop);
+        let o = over(s, noop_s);
         push(
             "1. (diagnostic) same, records on tmpfs instead of the disk",
             format!("{o:.3} ms = {:.2}× floor", o / floor),
@@ -104,22 +121,30 @@ fn rows(r: &Results) -> Vec<Row> {
             "—".into(),
         );
     }
+    for s in r.fast.iter().filter(|s| s.name.starts_with("candidate ")) {
+        let o = over(s, noop_s);
+        let name = s.name.trim_end_matches(" → cni-noop");
+        push(
+            &format!("1. ({name}) fast path overhead"),
+            format!("{o:.3} ms = {:.2}× floor", o / floor),
+            "≤ 1.5× floor",
+            verdict(o / floor <= 1.5),
+        );
+    }
     if let Some(s) = find(&r.fast, "cni-guard (static) VERSION") {
         push(
             "1. (diagnostic) guard VERSION: start, read stdin, reply, log (minus baseline)",
-            format!("{:.3} ms", diff_ms(s.median(), noop)),
+            format!("{:.3} ms", over(s, noop_s)),
             "—",
             "—".into(),
         );
     }
     // 2. Child path.
-    let cnoop = find(&r.child, "cni-noop")
-        .map(Samples::median)
-        .unwrap_or_default();
+    let cnoop = find(&r.child, "cni-noop").unwrap_or(&empty);
     if let Some(s) = find(&r.child, "cni-guard → cni-noop at 0.4.0") {
         push(
             "2. child path, 0.4.0 delegate converted to 1.0.0 (minus baseline)",
-            format!("{:.3} ms", diff_ms(s.median(), cnoop)),
+            format!("{:.3} ms", over(s, cnoop)),
             "— (one fork+exec more than the exec path)",
             "—".into(),
         );
@@ -127,7 +152,7 @@ fn rows(r: &Results) -> Vec<Row> {
     if let Some(s) = find(&r.child, "cni-guard → conflist") {
         push(
             "2. child path, two-plugin conflist (minus one baseline)",
-            format!("{:.3} ms", diff_ms(s.median(), cnoop)),
+            format!("{:.3} ms", over(s, cnoop)),
             "—",
             "—".into(),
         );
@@ -184,11 +209,16 @@ fn rows(r: &Results) -> Vec<Row> {
         );
     }
     // 5. Wake-up.
-    if !r.wake.is_empty() {
-        let m = median(&r.wake);
-        let max = r.wake.iter().max().copied().unwrap_or_default();
+    for (name, wake) in &r.wake {
+        let m = median(wake);
+        let max = wake.iter().max().copied().unwrap_or_default();
+        let label = if name == "cni-guard" {
+            "5. wake-up: rename of the delegate → delegate started (median / max)".to_owned()
+        } else {
+            format!("5. ({name}) wake-up (median / max)")
+        };
         push(
-            "5. wake-up: rename of the delegate → delegate started (median / max)",
+            &label,
             format!("{} / {}", ms(m), ms(max)),
             "≤ 10 ms",
             verdict(m <= Duration::from_millis(10)),
@@ -211,10 +241,9 @@ fn rows(r: &Results) -> Vec<Row> {
         );
     }
     if let Some((_, base)) = r.attachments.first() {
-        let b = base.median();
         let o: Vec<(usize, f64)> = r.attachments[1..]
             .iter()
-            .map(|(n, s)| (*n, diff_ms(s.median(), b)))
+            .map(|(n, s)| (*n, over(s, base)))
             .collect();
         let text = o
             .iter()
@@ -235,11 +264,7 @@ fn rows(r: &Results) -> Vec<Row> {
         );
     }
     if !r.sizes.is_empty() {
-        let o: Vec<(usize, f64)> = r
-            .sizes
-            .iter()
-            .map(|(n, d, g)| (*n, diff_ms(g.median(), d.median())))
-            .collect();
+        let o: Vec<(usize, f64)> = r.sizes.iter().map(|(n, d, g)| (*n, over(g, d))).collect();
         let text = o
             .iter()
             .map(|(n, x)| format!("{} KiB: {x:.3}", n >> 10))
@@ -402,7 +427,7 @@ pub fn markdown(opts: &Options, r: &Results) -> String {
     } else {
         ("scripts/bench.sh", "")
     };
-    let _ = writeln!(out, "Written by `{cmd}`.{note} Medians of interleaved runs (every round runs each case once, in random order); \"minus baseline\" subtracts the median of `cni-noop` called directly in the same comparison.\n");
+    let _ = writeln!(out, "Written by `{cmd}`.{note} Medians of interleaved runs (every round runs each case once, in random order); an overhead (\"minus baseline\") is the median over rounds of the case minus `cni-noop` called directly in the same round.\n");
     let _ = writeln!(out, "{}", machine());
     let _ = writeln!(out, "## Summary\n\n{}", table(r));
     let _ = writeln!(out, "## Noise\n\nLoad average (1, 5, 15 min) before and after each section; the machine is shared, so compare within a section only.\n\n| Section | Before | After |\n|---|---|---|");
@@ -417,9 +442,16 @@ pub fn markdown(opts: &Options, r: &Results) -> String {
     }
     detail(&mut out, "4. Refusal and STATUS", &r.refusal);
     if !r.wake.is_empty() {
-        let mut w = r.wake.clone();
-        w.sort_unstable();
-        let _ = writeln!(out, "\n### 5. Wake-up\n\nRename of the delegate into place → `cni-noop` started, {} runs: {}", w.len(), w.iter().map(|d| format!("{:.2}", d.as_secs_f64() * 1e3)).collect::<Vec<_>>().join(", ") + " ms");
+        let _ = writeln!(out, "\n### 5. Wake-up\n\nRename of the delegate into place → `cni-noop` started, sorted, in ms:\n");
+        for (name, wake) in &r.wake {
+            let mut w = wake.clone();
+            w.sort_unstable();
+            let list: Vec<String> = w
+                .iter()
+                .map(|d| format!("{:.2}", d.as_secs_f64() * 1e3))
+                .collect();
+            let _ = writeln!(out, "- {name} ({} runs): {}", w.len(), list.join(", "));
+        }
     }
     detail(
         &mut out,

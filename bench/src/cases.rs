@@ -27,6 +27,8 @@ pub struct Results {
     pub attachments: Vec<(usize, Samples)>,
     /// (delegate bytes, direct samples, guard samples).
     pub sizes: Vec<(usize, Samples, Samples)>,
+    /// (delegate bytes, samples) of each candidate binary, in the same rounds as `sizes`.
+    pub size_candidates: Vec<(usize, Samples)>,
     /// (file, bytes).
     pub binaries: Vec<(String, u64)>,
     /// /proc/loadavg before and after each section.
@@ -412,10 +414,12 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
     // 6a. 64 concurrent ADDs.
     section(&mut r, "64 concurrent ADDs", &mut |r| {
         let direct = Step::new(&l.noop(), "ADD", &g_fast);
+        let floor = Step::new(&l.floor(), "ADD", &g_fast).arg(l.noop().display().to_string());
         let guard = Step::new(&l.guard(), "ADD", &g_fast);
         r.concurrent = concurrent(
             &[
                 ("64 × cni-noop, direct", direct),
+                ("64 × exec-floor → cni-noop", floor),
                 ("64 × cni-guard → cni-noop", guard),
             ],
             &env,
@@ -498,6 +502,16 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
                 Step::new(&l.guard(), "ADD", g).expect(0, Some("10.99.0.2")),
             ));
         }
+        let mut extra = Vec::new();
+        for (name, bin) in &opts.candidates {
+            for (size, _, g) in &size_files {
+                extra.push(*size);
+                cases.push(Case::one(
+                    format!("candidate {name}, {} KiB delegate", size >> 10),
+                    Step::new(bin, "ADD", g).expect(0, Some("10.99.0.2")),
+                ));
+            }
+        }
         let s = compare(
             &cases,
             &env,
@@ -512,6 +526,7 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
             let g = it.next().expect("two per size");
             r.sizes.push((size, d, g));
         }
+        r.size_candidates = extra.into_iter().zip(it).collect();
         Ok(())
     })?;
 

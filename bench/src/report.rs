@@ -79,18 +79,20 @@ fn rows(r: &Results) -> Vec<Row> {
     let floor = find(&r.fast, "exec-floor")
         .map(|s| over(s, noop_s))
         .unwrap_or(0.0);
-    push(
-        "1. cni-noop called directly (baseline)",
-        ms(noop),
-        "—",
-        "—".into(),
-    );
-    push(
-        "1. floor: one extra exec (exec-floor → cni-noop, minus baseline)",
-        format!("{floor:.3} ms"),
-        "≈ 0.5 ms (reference)",
-        "—".into(),
-    );
+    if !r.fast.is_empty() {
+        push(
+            "1. cni-noop called directly (baseline)",
+            ms(noop),
+            "—",
+            "—".into(),
+        );
+        push(
+            "1. floor: one extra exec (exec-floor → cni-noop, minus baseline)",
+            format!("{floor:.3} ms"),
+            "≈ 0.5 ms (reference)",
+            "—".into(),
+        );
+    }
     for (name, label) in [
         (
             "cni-guard (static) → cni-noop",
@@ -225,9 +227,20 @@ fn rows(r: &Results) -> Vec<Row> {
         );
     }
     // 6. Scale.
-    if r.concurrent.len() == 2 {
+    if r.concurrent.len() == 3 {
         let d = r.concurrent[0].median();
-        let g = r.concurrent[1].median();
+        let f = r.concurrent[1].median();
+        let g = r.concurrent[2].median();
+        push(
+            "6. 64 concurrent exec-floor → cni-noop, total (two execs each, for reference)",
+            format!(
+                "{} = {:.2}× direct",
+                ms(f),
+                f.as_secs_f64() / d.as_secs_f64()
+            ),
+            "—",
+            "—".into(),
+        );
         push(
             "6. 64 concurrent ADDs, total: direct / through the guard",
             format!(
@@ -282,6 +295,35 @@ fn rows(r: &Results) -> Vec<Row> {
             format!("{text}; per KiB {small:.2} µs (16→256), {large:.2} µs (256→1024)"),
             "linear, not worse",
             verdict(large <= small.max(0.5) * 1.5),
+        );
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (_, c) in &r.size_candidates {
+        let name = c.name.split(',').next().unwrap_or("");
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let o: Vec<String> = r
+            .size_candidates
+            .iter()
+            .filter(|(_, c)| c.name.starts_with(&format!("{name},")))
+            .filter_map(|(n, c)| {
+                let (_, d, _) = r.sizes.iter().find(|(m, _, _)| m == n)?;
+                Some(format!(
+                    "{} KiB: {:.3} ({})",
+                    n >> 10,
+                    over(c, d),
+                    mib(c.median_rss_kib())
+                ))
+            })
+            .collect();
+        push(
+            &format!("6. ({name}) overhead by delegate size (ms, peak RSS)"),
+            o.join(", "),
+            "linear, not worse",
+            "—".into(),
         );
     }
     // 7. Footprint.
@@ -460,11 +502,12 @@ pub fn markdown(opts: &Options, r: &Results) -> String {
     );
     let att: Vec<Samples> = r.attachments.iter().map(|(_, s)| s.clone()).collect();
     detail(&mut out, "6. Attachments", &att);
-    let sizes: Vec<Samples> = r
+    let mut sizes: Vec<Samples> = r
         .sizes
         .iter()
         .flat_map(|(_, d, g)| [d.clone(), g.clone()])
         .collect();
+    sizes.extend(r.size_candidates.iter().map(|(_, c)| c.clone()));
     detail(&mut out, "6. Delegate size", &sizes);
     let _ = writeln!(out, "\n### 7. Binaries\n\n| File | Bytes |\n|---|---|");
     for (n, b) in &r.binaries {

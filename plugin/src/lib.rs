@@ -1,1 +1,3 @@
 //! cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.
+
+pub mod operator;

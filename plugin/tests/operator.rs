@@ -496,6 +496,265 @@ mod keep {
     }
 }
 
+mod check {
+    use super::*;
+
+    /// A host root in a temp dir with the Multus + Cilium layout, the guard installed into it
+    /// by host paths, and `check` run the way the readiness probe runs it (`--host-root`).
+    struct Host {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+    }
+
+    const DELEGATE: &str = "etc/cni/net.d/00-multus.conf";
+    const ATTACHMENT: &str = "etc/cni/multus/net.d/05-cilium.conflist";
+
+    impl Host {
+        fn ready() -> Host {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().to_path_buf();
+            for dir in ["opt/cni/bin", "etc/cni/net.d", "etc/cni/multus/net.d"] {
+                fs::create_dir_all(root.join(dir)).unwrap();
+            }
+            let host = Host { _tmp: tmp, root };
+            let out = guard()
+                .args([
+                    "install",
+                    &format!("--bin-dir={}", host.path("opt/cni/bin").display()),
+                    &format!("--conf-dir={}", host.path("etc/cni/net.d").display()),
+                    &format!("--delegate=/{DELEGATE}"),
+                    &format!("--attachment=/{ATTACHMENT}"),
+                ])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            host.write(
+                DELEGATE,
+                r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim"}"#,
+            );
+            host.write(
+                ATTACHMENT,
+                r#"{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}"#,
+            );
+            for plugin in ["multus-shim", "cilium-cni"] {
+                let p = host.path("opt/cni/bin").join(plugin);
+                fs::write(&p, "#!/bin/sh\nexit 0\n").unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            host
+        }
+
+        fn path(&self, rel: &str) -> PathBuf {
+            self.root.join(rel)
+        }
+
+        fn write(&self, rel: &str, body: &str) {
+            let p = self.path(rel);
+            fs::write(&p, body).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+
+        fn check(&self, extra: &[&str]) -> (Option<i32>, String) {
+            let out = guard()
+                .args([
+                    "check",
+                    &format!(
+                        "--config={}",
+                        self.path("etc/cni/net.d/00-cni-guard.conflist").display()
+                    ),
+                    &format!("--host-root={}", self.root.display()),
+                ])
+                .args(extra)
+                .output()
+                .unwrap();
+            (out.status.code(), text(&out.stdout))
+        }
+    }
+
+    /// The one line for `check`, asserting there is exactly one failing line and it is it.
+    fn only_failure<'a>(report: &'a str, check: &str) -> &'a str {
+        let failing: Vec<&str> = report.lines().filter(|l| l.starts_with('✗')).collect();
+        assert_eq!(failing.len(), 1, "{report}");
+        assert!(
+            failing[0].starts_with(&format!("✗ {check} ")),
+            "expected {check} to fail:\n{report}"
+        );
+        failing[0]
+    }
+
+    #[test]
+    fn ready_exits_0_with_a_tick_for_every_precondition() {
+        let host = Host::ready();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(0), "{report}");
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "✓ delegate   /etc/cni/net.d/00-multus.conf",
+                "✓ attachment /etc/cni/multus/net.d/05-cilium.conflist",
+                "✓ plugin     \"cilium-cni\" at /opt/cni/bin/cilium-cni",
+                "✓ plugin     \"multus-shim\" at /opt/cni/bin/multus-shim",
+                "✓ recursion  no configuration that loaded names \"cni-guard\"",
+                "✓ first      /etc/cni/net.d/00-cni-guard.conflist sorts first in /etc/cni/net.d",
+                "ready: ADD would proceed now",
+            ]
+        );
+        assert!(
+            !report.contains(host.root.to_str().unwrap()),
+            "host paths shown, not the pod's mount points"
+        );
+    }
+
+    #[test]
+    fn a_missing_delegate_fails_with_code_11() {
+        let host = Host::ready();
+        fs::remove_file(host.path(DELEGATE)).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        // Without the delegate its plugin types are unknown: no plugin line for multus-shim.
+        assert_eq!(
+            only_failure(&report, "delegate"),
+            "✗ delegate   /etc/cni/net.d/00-multus.conf: does not exist"
+        );
+        let last = report.lines().last().unwrap();
+        assert!(
+            last.starts_with("not ready: ADD would be refused with CNI error 11 (try again later)"),
+            "{last}"
+        );
+        assert!(last.contains("/etc/cni/net.d/00-multus.conf"), "{last}");
+    }
+
+    #[test]
+    fn a_missing_or_broken_attachment_fails() {
+        let host = Host::ready();
+        fs::remove_file(host.path(ATTACHMENT)).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert!(only_failure(&report, "attachment")
+            .starts_with("✗ attachment /etc/cni/multus/net.d/05-cilium.conflist: does not exist"));
+
+        host.write(ATTACHMENT, r#"{"cniVersion":"0.3.1","name":"cil"#);
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert!(
+            only_failure(&report, "attachment").contains("not valid JSON"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_missing_plugin_binary_fails() {
+        let host = Host::ready();
+        fs::remove_file(host.path("opt/cni/bin/cilium-cni")).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        let line = only_failure(&report, "plugin");
+        assert!(line.starts_with("✗ plugin     \"cilium-cni\": "), "{line}");
+        assert!(line.contains("/opt/cni/bin"), "{line}");
+        assert!(!line.contains(host.root.to_str().unwrap()), "{line}");
+    }
+
+    #[test]
+    fn a_delegate_that_names_the_guard_is_recursion_code_7() {
+        let host = Host::ready();
+        host.write(
+            DELEGATE,
+            r#"{"cniVersion":"1.0.0","name":"loop","type":"cni-guard"}"#,
+        );
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        let failing: Vec<&str> = report.lines().filter(|l| l.starts_with('✗')).collect();
+        assert_eq!(failing.len(), 2, "{report}");
+        assert!(failing[0].starts_with("✗ delegate   /etc/cni/net.d/00-multus.conf: names"));
+        assert!(failing[1].starts_with("✗ recursion  /etc/cni/net.d/00-multus.conf"));
+        assert!(report
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("not ready: ADD would be refused with CNI error 7 (misconfigured)"));
+    }
+
+    #[test]
+    fn a_config_sorting_before_the_guard_fails() {
+        let host = Host::ready();
+        host.write("etc/cni/net.d/00-aaa.conf", "{}");
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert_eq!(
+            only_failure(&report, "first"),
+            "✗ first      /etc/cni/net.d/00-cni-guard.conflist: 00-aaa.conf sorts before it"
+        );
+        assert!(
+            report.contains("not ready: the guard is not in force"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_missing_guard_conflist_fails() {
+        let host = Host::ready();
+        fs::remove_file(host.path("etc/cni/net.d/00-cni-guard.conflist")).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert!(only_failure(&report, "config")
+            .starts_with("✗ config     /etc/cni/net.d/00-cni-guard.conflist: cannot read"));
+    }
+
+    #[test]
+    fn json_carries_the_same_verdict() {
+        let host = Host::ready();
+        let (code, out) = host.check(&["--json"]);
+        assert_eq!(code, Some(0));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ready"], true);
+        assert_eq!(v["items"].as_array().unwrap().len(), 6);
+
+        fs::remove_file(host.path("opt/cni/bin/multus-shim")).unwrap();
+        let (code, out) = host.check(&["--json"]);
+        assert_eq!(code, Some(1));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ready"], false);
+        assert_eq!(v["code"], 11);
+        let failed: Vec<&serde_json::Value> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["ok"] == false)
+            .collect();
+        assert_eq!(failed.len(), 1, "{out}");
+        assert_eq!(failed[0]["check"], "plugin");
+        assert_eq!(failed[0]["type"], "multus-shim");
+    }
+
+    #[test]
+    fn without_host_root_paths_are_taken_as_they_are() {
+        let host = Host::ready();
+        // A conflist naming the temp paths directly, beside the installed one.
+        let dir = tempfile::tempdir().unwrap();
+        let conflist = dir.path().join("00-cni-guard.conflist");
+        fs::write(
+            &conflist,
+            serde_json::json!({"cniVersion":"1.0.0","name":"g","plugins":[{"type":"cni-guard",
+                "delegate": host.path(DELEGATE), "attachments": [host.path(ATTACHMENT)]}]})
+            .to_string(),
+        )
+        .unwrap();
+        let out = run(&[
+            "check",
+            &format!("--config={}", conflist.display()),
+            &format!("--cni-path={}", host.path("opt/cni/bin").display()),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+        assert!(text(&out.stdout).contains(&host.path(DELEGATE).display().to_string()));
+        assert_eq!(
+            run(&["check"]).status.code(),
+            Some(2),
+            "--config is required"
+        );
+    }
+}
+
 mod cli {
     use super::*;
 

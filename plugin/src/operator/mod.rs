@@ -15,10 +15,8 @@ mod uninstall;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// The CNI specification versions the plugin speaks, as `--version` reports them.
-pub const SPEC_VERSIONS: [&str; 7] = [
-    "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
-];
+/// The CNI specification versions the guard speaks, as `--version` reports them.
+pub use crate::version::SUPPORTED as SPEC_VERSIONS;
 
 const USAGE: &str = "\
 cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.

@@ -12,13 +12,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{Failure, Flags, SPEC_VERSIONS};
+use crate::config::MAX_WAIT_SECONDS;
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
 pub const DEFAULT_NETWORK_NAME: &str = "guarded-pod-network";
 pub const DEFAULT_CNI_VERSION: &str = "1.0.0";
-pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni/cni-guard";
+pub use crate::config::DEFAULT_CACHE_DIR;
 /// The plugin's type, and so its file name in the CNI bin dir.
-pub const PLUGIN_TYPE: &str = "cni-guard";
+pub use crate::config::GUARD_TYPE as PLUGIN_TYPE;
 
 pub const SPEC_FLAGS_HELP: &str = "\
 Where this process writes (a path as mounted in this container):
@@ -104,9 +105,15 @@ impl GuardFile {
             "--capability" => self.capabilities.push(flags.value(flag)?),
             "--wait-seconds" => {
                 let value = flags.value(flag)?;
-                self.wait_seconds = value.parse().map_err(|_| {
-                    Failure::usage(format!("--wait-seconds: {value:?} is not a whole number"))
-                })?;
+                self.wait_seconds = value
+                    .parse()
+                    .ok()
+                    .filter(|s| *s as f64 <= MAX_WAIT_SECONDS)
+                    .ok_or_else(|| {
+                        Failure::usage(format!(
+                            "--wait-seconds: {value:?} is not a whole number from 0 to {MAX_WAIT_SECONDS}"
+                        ))
+                    })?;
             }
             _ => return Ok(false),
         }

@@ -29,6 +29,13 @@ missing() {
 
 command -v kubectl >/dev/null || missing "kubectl is not installed (needed for kubectl kustomize)"
 command -v python3 >/dev/null || missing "python3 is not installed"
+if ! command -v file >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq file >/dev/null || { apt-get update -qq && apt-get install -y -qq file; }
+  else
+    missing "file is not installed (apt-get install file)"
+  fi
+fi
 if ! python3 -c 'import kubernetes_validate, yaml' 2>/dev/null ||
   [ "$(python3 -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))')" != "$VALIDATE_VERSION" ]; then
   if [ "$(id -u)" = 0 ] || [ -n "${VIRTUAL_ENV:-}" ]; then
@@ -209,10 +216,11 @@ case "$description" in
   *"statically linked"* | *"static-pie linked"*) ;;
   *) echo "40-deploy: FAIL: $BIN is not statically linked" >&2; exit 1 ;;
 esac
-if ldd "$BIN" >/dev/null 2>&1; then
-  echo "40-deploy: FAIL: ldd lists shared libraries for $BIN" >&2
-  exit 1
-fi
+libraries=$(ldd "$BIN" 2>&1 || true)
+case "$libraries" in
+  *"statically linked"* | *"not a dynamic executable"*) ;;
+  *) echo "40-deploy: FAIL: ldd lists shared libraries for $BIN: $libraries" >&2; exit 1 ;;
+esac
 size=$(stat -c %s "$BIN")
 stripped="$WORK/cni-guard.stripped"
 strip -o "$stripped" "$BIN"

@@ -38,6 +38,7 @@ Conflist settings:
   --wait-seconds N       how long ADD waits for the delegate before refusing [0]
   --capability NAME      a runtime capability to accept and pass on, e.g. portMappings
                          (repeatable)
+  --strict-permissions   refuse delegate and attachment files writable by group or others
 ";
 
 /// Everything that determines the guard's conflist and where it goes.
@@ -52,6 +53,7 @@ pub struct GuardFile {
     pub wait_seconds: u64,
     pub cache_dir: PathBuf,
     pub capabilities: Vec<String>,
+    pub strict_permissions: bool,
 }
 
 impl Default for GuardFile {
@@ -66,6 +68,7 @@ impl Default for GuardFile {
             wait_seconds: 0,
             cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
             capabilities: Vec::new(),
+            strict_permissions: false,
         }
     }
 }
@@ -87,6 +90,8 @@ struct Plugin<'a> {
     attachments: &'a [PathBuf],
     wait_seconds: u64,
     cache_dir: &'a Path,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    strict_permissions: bool,
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     capabilities: serde_json::Map<String, serde_json::Value>,
 }
@@ -103,6 +108,7 @@ impl GuardFile {
             "--attachment" => self.attachments.push(flags.path(flag)?),
             "--cache-dir" => self.cache_dir = flags.path(flag)?,
             "--capability" => self.capabilities.push(flags.value(flag)?),
+            "--strict-permissions" => self.strict_permissions = true,
             "--wait-seconds" => {
                 let value = flags.value(flag)?;
                 self.wait_seconds = value
@@ -195,6 +201,7 @@ impl GuardFile {
                 attachments: &self.attachments,
                 wait_seconds: self.wait_seconds,
                 cache_dir: &self.cache_dir,
+                strict_permissions: self.strict_permissions,
                 capabilities,
             }],
         };
@@ -235,6 +242,49 @@ mod tests {
                 }]
             })
         );
+    }
+
+    #[test]
+    fn strict_permissions_is_written_only_when_asked_for() {
+        let mut spec = GuardFile {
+            conf_dir: Some(PathBuf::from("/c")),
+            delegate: Some(PathBuf::from("/d.conf")),
+            ..GuardFile::default()
+        };
+        let plugin = |spec: &GuardFile| {
+            let v: serde_json::Value = serde_json::from_slice(&spec.render()).unwrap();
+            v["plugins"][0].clone()
+        };
+        assert!(plugin(&spec).get("strictPermissions").is_none());
+        spec.strict_permissions = true;
+        assert_eq!(plugin(&spec)["strictPermissions"], true);
+    }
+
+    #[test]
+    fn the_plugin_reads_back_what_is_rendered() {
+        let spec = GuardFile {
+            conf_dir: Some(PathBuf::from("/c")),
+            delegate: Some(PathBuf::from("/etc/cni/net.d/00-multus.conf")),
+            attachments: vec![PathBuf::from("/etc/cni/multus/net.d/05-cilium.conflist")],
+            wait_seconds: 7,
+            cache_dir: PathBuf::from("/var/lib/cni/elsewhere"),
+            strict_permissions: true,
+            network_name: "guarded".into(),
+            cni_version: "1.1.0".into(),
+            ..GuardFile::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(&spec.conf_name);
+        std::fs::write(&path, spec.render()).unwrap();
+        let cfg = crate::config::GuardConfig::from_conflist_file(&path).unwrap();
+        assert_eq!(cfg.delegate, spec.delegate.unwrap());
+        assert_eq!(cfg.attachments, spec.attachments);
+        assert_eq!(cfg.wait, std::time::Duration::from_secs(7));
+        assert_eq!(cfg.cache_dir, spec.cache_dir);
+        assert!(cfg.strict_permissions);
+        assert_eq!(cfg.name, "guarded");
+        assert_eq!(cfg.cni_version, "1.1.0");
+        assert_eq!(cfg.plugin_type, PLUGIN_TYPE);
     }
 
     #[test]

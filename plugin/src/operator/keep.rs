@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use super::files::{conf_files_before, is_conf_name, write_atomically, Written};
 use super::spec::{GuardFile, SPEC_FLAGS_HELP};
-use super::sys::{signal_name, wait_readable, DirWatch, TermSignals};
 use super::{Failure, Flags};
+use crate::sys::daemon::{signal_name, wait_readable, DirWatch, TermSignals};
 
 fn help() -> String {
     format!(

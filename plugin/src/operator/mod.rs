@@ -9,7 +9,7 @@ mod files;
 mod install;
 mod keep;
 mod spec;
-mod sys;
+
 mod uninstall;
 
 use std::ffi::OsString;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use super::files::remove_durably;
 use super::spec::{DEFAULT_CONF_NAME, PLUGIN_TYPE};
-use super::sys::{signal_name, wait_readable, TermSignals};
 use super::{Failure, Flags};
+use crate::sys::daemon::{signal_name, wait_readable, TermSignals};
 
 const HELP: &str = "\
 Usage: cni-guard uninstall --bin-dir DIR --conf-dir DIR [options]

@@ -78,8 +78,8 @@ impl<'a> Cnitool<'a> {
     }
 }
 
-/// The container ID cnitool uses for a sandbox: the first 64 hex digits of the SHA-512 of the
-/// absolute netns path.
+/// The container ID cnitool (1.1.2) uses for a sandbox: `cnitool-` and the hex of the first 10
+/// bytes of the SHA-512 of the absolute netns path.
 pub fn container_id(sandbox: &Netns) -> String {
     use std::io::Write;
     use std::process::Stdio;
@@ -95,5 +95,5 @@ pub fn container_id(sandbox: &Netns) -> String {
         .write_all(sandbox.path().to_string_lossy().as_bytes())
         .unwrap();
     let out = child.wait_with_output().expect("sha512sum");
-    String::from_utf8_lossy(&out.stdout)[..64].to_string()
+    format!("cnitool-{}", &String::from_utf8_lossy(&out.stdout)[..20])
 }

@@ -54,3 +54,58 @@ pub fn snapshot(confdir: &Path, snapshot: &Path) -> Option<(String, PathBuf)> {
     std::fs::write(snapshot.join(file.file_name().unwrap()), bytes).expect("write snapshot");
     Some((name, file))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cg-confdir-{}", crate::random_hex(4)));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn first_file_in_name_order_wins_and_other_names_are_ignored() {
+        let d = dir();
+        std::fs::write(d.join("05-cilium.conflist"), r#"{"name":"cilium"}"#).unwrap();
+        std::fs::write(d.join("00-multus.conf"), r#"{"name":"multus"}"#).unwrap();
+        std::fs::write(d.join(".00-multus.conf.1234.tmp"), "half").unwrap();
+        std::fs::write(d.join("00-aaa.txt"), "not a conf").unwrap();
+        let (file, _, name) = first_config(&d).unwrap();
+        assert_eq!(name, "multus");
+        assert_eq!(file.file_name().unwrap(), "00-multus.conf");
+        std::fs::remove_file(d.join("00-multus.conf")).unwrap();
+        assert_eq!(first_config(&d).unwrap().2, "cilium");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn snapshot_keeps_only_the_chosen_file() {
+        let d = dir();
+        let snap = d.join("snap");
+        std::fs::write(d.join("00-guard.conflist"), r#"{"name":"guard"}"#).unwrap();
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::write(snap.join("stale.conf"), r#"{"name":"stale"}"#).unwrap();
+        let (name, _) = snapshot(&d, &snap).unwrap();
+        assert_eq!(name, "guard");
+        let files: Vec<_> = std::fs::read_dir(&snap)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(files, vec![std::ffi::OsString::from("00-guard.conflist")]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temp_file() {
+        let d = dir();
+        write_atomic(&d.join("00-multus.conf"), b"{}");
+        let files: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(files, vec![std::ffi::OsString::from("00-multus.conf")]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -171,7 +171,7 @@ fn equivalent(
     let mut guarded = Cnitool::new(fx, host, &fx.netd);
     guarded.cap_args = cap_args.map(String::from);
 
-    let wants_dns = delegate["plugins"][0]["ipam"].get("resolvConf").is_some();
+    let wants_dns = delegate["plugins"][0].get("dns").is_some();
     let d = add_check_del(fx, &direct, host, &delegate_net, &delegate_net);
     let g = add_check_del(fx, &guarded, host, &guard_net, &delegate_net);
     if wants_dns {
@@ -179,6 +179,12 @@ fn equivalent(
             g.result.pointer("/dns/nameservers"),
             Some(&json!(["10.96.0.10"])),
             "{label}: DNS missing from the result through the guard"
+        );
+    }
+    if cap_args.is_some() {
+        assert!(
+            !g.rules.is_empty(),
+            "{label}: no port mapping rules through the guard"
         );
     }
     if check_supported {
@@ -210,14 +216,9 @@ fn equivalent(
     );
 }
 
-fn dns(fx: &Fixture) -> Value {
-    let resolv = fx.root.join("resolv.conf");
-    std::fs::write(
-        &resolv,
-        "nameserver 10.96.0.10\nsearch pods.example.test\noptions ndots:5\n",
-    )
-    .unwrap();
-    json!(resolv)
+/// DNS settings as the bridge and ptp plugins take them (their result's `dns` is the config's).
+fn dns() -> Value {
+    json!({"nameservers": ["10.96.0.10"], "search": ["pods.example.test"], "options": ["ndots:5"]})
 }
 
 #[test]
@@ -228,34 +229,32 @@ fn equivalence() {
     }
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
-    let resolv = dns(&fx);
 
-    // bridge + host-local (with DNS from a resolv.conf)
+    // bridge + host-local, with DNS
     let net = fx.network("eq-bridge");
     let mut bridge = bridge_conflist(&fx, &net, "1.0.0", "eqbr0", "10.41.0.0/24");
-    bridge["plugins"][0]["ipam"]["resolvConf"] = resolv.clone();
+    bridge["plugins"][0]["dns"] = dns();
     equivalent(&fx, &host, "bridge", bridge, None, true);
 
     // ptp
     let net = fx.network("eq-ptp");
-    let mut ipam = fx.host_local("10.42.0.0/24");
-    ipam["resolvConf"] = resolv.clone();
+    let ipam = fx.host_local("10.42.0.0/24");
     let ptp = json!({"cniVersion": "1.0.0", "name": net,
-        "plugins": [{"type": "ptp", "ipMasq": false, "ipam": ipam}]});
+        "plugins": [{"type": "ptp", "ipMasq": false, "ipam": ipam, "dns": dns()}]});
     equivalent(&fx, &host, "ptp", ptp, None, true);
 
     // macvlan on a parent link in the host namespace
     macvlan_parent(&host, "eqmv0");
     let net = fx.network("eq-macvlan");
     let macvlan = json!({"cniVersion": "1.0.0", "name": net,
-        "plugins": [{"type": "macvlan", "master": "eqmv0", "mode": "bridge",
+        "plugins": [{"type": "macvlan", "master": "eqmv0", "mode": "bridge", "dns": dns(),
                      "ipam": fx.host_local("10.43.0.0/24")}]});
     equivalent(&fx, &host, "macvlan", macvlan, None, true);
 
     // chain: bridge + tuning + portmap (port mappings through the capability)
     let net = fx.network("eq-chain");
     let mut chain = bridge_conflist(&fx, &net, "1.0.0", "eqbr1", "10.44.0.0/24");
-    chain["plugins"][0]["ipam"]["resolvConf"] = resolv;
+    chain["plugins"][0]["dns"] = dns();
     chain["plugins"].as_array_mut().unwrap().extend([
         json!({"type": "tuning", "mtu": 1400, "promisc": true}),
         json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),

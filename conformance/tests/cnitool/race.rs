@@ -41,6 +41,9 @@ enum Built {
     Refused,
 }
 
+/// A sandbox's teardown: whether DEL succeeded, and what it left behind.
+type Teardown = (Result<(), String>, Vec<String>);
+
 struct Sandbox {
     ns: Netns,
     cid: String,
@@ -308,7 +311,7 @@ fn race(guard: bool) {
     };
 
     // Phase 3: teardown while the daemon restarts again, each with the network first *now*.
-    let teardown: Vec<Mutex<(Result<(), String>, Vec<String>)>> = sandboxes
+    let teardown: Vec<Mutex<Teardown>> = sandboxes
         .iter()
         .map(|_| Mutex::new((Ok(()), Vec::new())))
         .collect();
@@ -325,7 +328,7 @@ fn race(guard: bool) {
         };
         *teardown[i].lock().unwrap() = (ok, leftovers(&layout, s));
     });
-    let teardown: Vec<(Result<(), String>, Vec<String>)> = teardown
+    let teardown: Vec<Teardown> = teardown
         .into_iter()
         .map(|m| m.into_inner().unwrap())
         .collect();

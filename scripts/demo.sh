@@ -50,8 +50,11 @@ trap cleanup EXIT
 # cnitool in the demo's host namespace; the guard's own log lines (stderr without syslog) are
 # kept out of the way so the plugin's answer stands out.
 run_cnitool() {
+  local rc=0
   ip netns exec "$host" env NETCONFPATH="$demo/net.d" CNI_PATH="$demo/bin" \
-    "$cnitool" "$1" "$2" "/run/netns/$pod" 2> >(grep -v '^cni-guard: verb=' >&2)
+    "$cnitool" "$1" "$2" "/run/netns/$pod" 2>"$demo/cnitool.err" || rc=$?
+  grep -v '^cni-guard: verb=' "$demo/cnitool.err" >&2 || true
+  return "$rc"
 }
 
 mkdir -p "$demo/bin" "$demo/net.d" "$demo/multus.d" "$demo/leases" "$demo/guard"

@@ -259,7 +259,12 @@ fn parse_result(stdout: &[u8], binary: &Path, list_version: &str) -> Result<Valu
             String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned(),
         )
     })?;
-    convert_result(&value, list_version, list_version).map_err(|e| {
+    // Results are threaded and converted in the 0.3.0+ shape, also for 0.1.0/0.2.0 delegates.
+    let shape = match Version::parse(list_version) {
+        Some(v) if v < Version::V0_3_0 => "0.3.0",
+        _ => list_version,
+    };
+    convert_result(&value, list_version, shape).map_err(|e| {
         Error::new(
             code::INTERNAL,
             format!("plugin {} printed an invalid result: {e}", binary.display()),

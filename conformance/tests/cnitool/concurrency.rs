@@ -17,6 +17,7 @@ fn concurrency() {
     if !can_run("concurrency", true) {
         return;
     }
+    println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
     let pod_net = fx.network("conc-pod");

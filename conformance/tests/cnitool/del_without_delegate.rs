@@ -13,6 +13,7 @@ fn del_without_delegate() {
     if !can_run("del_without_delegate", true) {
         return;
     }
+    println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
     let pod_net = fx.network("dwd-pod");

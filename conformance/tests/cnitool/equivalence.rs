@@ -227,6 +227,7 @@ fn equivalence() {
     if !can_run("equivalence", true) {
         return;
     }
+    println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
 

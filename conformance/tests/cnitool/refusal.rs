@@ -128,6 +128,7 @@ fn refusal() {
     if !can_run("refusal", true) {
         return;
     }
+    println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), true);
     let host = host_namespace();
     let pod_net = fx.network("ref-pod");

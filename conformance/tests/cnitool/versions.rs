@@ -83,6 +83,7 @@ fn versions() {
     if !can_run("versions", true) {
         return;
     }
+    println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
     std::thread::scope(|s| {

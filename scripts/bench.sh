@@ -74,14 +74,18 @@ fi
 
 # --- build ---------------------------------------------------------------------------------
 host="$(rustc -vV | sed -n 's/^host: //p')"
-echo "bench: building (static: cni-guard, cni-noop, exec-floor, driver)" >&2
-# --target keeps the static flag off the proc macros, which cannot be static.
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked -q \
-  --target "$host" --target-dir target/bench-static -p cni-guard -p cni-guard-bench
+echo "bench: building cni-guard as shipped (cargo build --release -p cni-guard)" >&2
+cargo build --release --locked -q -p cni-guard
+echo "bench: building cni-noop, exec-floor and the driver (static, like the guard)" >&2
+# --target keeps the static flags off the proc macros, which cannot be static.
+RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+  cargo build --release --locked -q --target "$host" --target-dir target/bench-static \
+  -p cni-guard-bench
 static="target/bench-static/$host/release"
 if [ -z "$quick" ]; then
-  echo "bench: building (dynamically linked cni-guard)" >&2
-  RUSTFLAGS="-C target-feature=-crt-static" cargo build --release --locked -q \
+  echo "bench: building a dynamically linked cni-guard, for comparison" >&2
+  # No rustc wrapper: the workspace's adds the static flags to the guard.
+  RUSTC_WRAPPER="" RUSTFLAGS="" cargo build --release --locked -q \
     --target-dir target/bench-dynamic -p cni-guard
 fi
 
@@ -107,7 +111,7 @@ trap cleanup EXIT INT TERM
 
 bin="$work/bin"
 mkdir -p "$bin"
-cp "$static/cni-guard" "$static/cni-noop" "$static/exec-floor" "$bin/"
+cp target/release/cni-guard "$static/cni-noop" "$static/exec-floor" "$bin/"
 [ -z "$quick" ] && cp target/bench-dynamic/release/cni-guard "$bin/cni-guard-dynamic"
 driver="$static/cni-guard-bench"
 
@@ -139,7 +143,7 @@ fi
   echo "## Setup"
   echo
   echo "- Records (cacheDir) on: \`$(stat -f -c %T "$work")\` ($(df --output=source "$work" | tail -n 1)); tmpfs diagnostic dir: ${shm:-none}"
-  echo "- cni-guard, cni-noop, exec-floor built with \`RUSTFLAGS=\"-C target-feature=+crt-static\"\`, and (full run only) a dynamically linked cni-guard with \`-C target-feature=-crt-static\`; release profile of the workspace"
+  echo "- cni-guard as shipped: \`cargo build --release -p cni-guard\` ($( (file -b target/release/cni-guard 2>/dev/null || echo 'file(1) not installed') | cut -d, -f1-2)); cni-noop and exec-floor: \`RUSTFLAGS=\"-C target-feature=+crt-static -C relocation-model=static\"\`; (full run only) a dynamically linked cni-guard built without the workspace's rustc wrapper"
   echo "- hyperfine $(hyperfine --version 2>/dev/null | awk '{print $2}'), $(/usr/bin/time --version 2>&1 | head -n 1), containernetworking-plugins $(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null || echo '?')"
 } >"$work/setup.md"
 args+=(--appendix "$work/setup.md")

@@ -412,22 +412,32 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
     })?;
 
     // 6a. 64 concurrent ADDs.
+    let g_fast_tmpfs = match &l.tmpfs_cache {
+        Some(t) => Some(l.guard_conf("g-fast-tmpfs.json", "1.0.0", &noop_conf, &[], 0, t)?),
+        None => None,
+    };
     section(&mut r, "64 concurrent ADDs", &mut |r| {
-        let direct = Step::new(&l.noop(), "ADD", &g_fast);
-        let floor = Step::new(&l.floor(), "ADD", &g_fast).arg(l.noop().display().to_string());
-        let guard = Step::new(&l.guard(), "ADD", &g_fast);
-        r.concurrent = concurrent(
-            &[
-                ("64 × cni-noop, direct", direct),
-                ("64 × exec-floor → cni-noop", floor),
-                ("64 × cni-guard → cni-noop", guard),
-            ],
-            &env,
-            64,
-            plan.concurrent,
-            &mut rng,
-            &mut between,
-        )?;
+        let mut sides = vec![
+            (
+                "64 × cni-noop, direct",
+                Step::new(&l.noop(), "ADD", &g_fast),
+            ),
+            (
+                "64 × exec-floor → cni-noop",
+                Step::new(&l.floor(), "ADD", &g_fast).arg(l.noop().display().to_string()),
+            ),
+            (
+                "64 × cni-guard → cni-noop",
+                Step::new(&l.guard(), "ADD", &g_fast),
+            ),
+        ];
+        if let Some(g) = &g_fast_tmpfs {
+            sides.push((
+                "64 × cni-guard → cni-noop, records on tmpfs",
+                Step::new(&l.guard(), "ADD", g),
+            ));
+        }
+        r.concurrent = concurrent(&sides, &env, 64, plan.concurrent, &mut rng, &mut between)?;
         Ok(())
     })?;
 

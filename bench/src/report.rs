@@ -227,7 +227,7 @@ fn rows(r: &Results) -> Vec<Row> {
         );
     }
     // 6. Scale.
-    if r.concurrent.len() == 3 {
+    if r.concurrent.len() >= 3 {
         let d = r.concurrent[0].median();
         let f = r.concurrent[1].median();
         let g = r.concurrent[2].median();
@@ -252,6 +252,19 @@ fn rows(r: &Results) -> Vec<Row> {
             "—",
             "—".into(),
         );
+        if let Some(t) = r.concurrent.get(3) {
+            let t = t.median();
+            push(
+                "6. (diagnostic) 64 concurrent ADDs through the guard, records on tmpfs",
+                format!(
+                    "{} = {:.2}× direct",
+                    ms(t),
+                    t.as_secs_f64() / d.as_secs_f64()
+                ),
+                "—",
+                "—".into(),
+            );
+        }
     }
     if let Some((_, base)) = r.attachments.first() {
         let o: Vec<(usize, f64)> = r.attachments[1..]

@@ -437,6 +437,14 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
                 Step::new(&l.guard(), "ADD", g),
             ));
         }
+        let names: Vec<String> = opts
+            .candidates
+            .iter()
+            .map(|(n, _)| format!("64 × candidate {n} → cni-noop"))
+            .collect();
+        for ((_, bin), name) in opts.candidates.iter().zip(&names) {
+            sides.push((name.as_str(), Step::new(bin, "ADD", &g_fast)));
+        }
         r.concurrent = concurrent(&sides, &env, 64, plan.concurrent, &mut rng, &mut between)?;
         Ok(())
     })?;
@@ -650,12 +658,13 @@ fn concurrent(
                 .iter()
                 .map(|id| measure::start(step, env, id, name))
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut rss = 0;
+            let mut usage = measure::Usage::default();
             for r in running {
-                rss = rss.max(measure::reap(r)?);
+                usage = usage.and(measure::reap(r)?);
             }
             samples[i].times.push(start.elapsed());
-            samples[i].max_rss_kib.push(rss);
+            samples[i].max_rss_kib.push(usage.max_rss_kib);
+            samples[i].cpu.push(usage.cpu);
         }
         between()?;
     }
@@ -663,6 +672,7 @@ fn concurrent(
     for s in &mut samples {
         s.times.remove(0);
         s.max_rss_kib.remove(0);
+        s.cpu.remove(0);
     }
     Ok(samples)
 }

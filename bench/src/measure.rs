@@ -82,11 +82,17 @@ pub struct Samples {
     pub name: String,
     pub times: Vec<Duration>,
     pub max_rss_kib: Vec<u64>,
+    /// User plus system CPU time of the processes of each run (children included).
+    pub cpu: Vec<Duration>,
 }
 
 impl Samples {
     pub fn median(&self) -> Duration {
         median(&self.times)
+    }
+
+    pub fn median_cpu(&self) -> Duration {
+        median(&self.cpu)
     }
 
     pub fn median_rss_kib(&self) -> u64 {
@@ -190,8 +196,30 @@ pub fn start(step: &Step, env: &Env, container_id: &str, name: &str) -> Result<R
     })
 }
 
-/// Waits for a started process; returns its peak RSS in KiB. A wrong exit status is an error.
-pub fn reap(r: Running) -> Result<u64, String> {
+/// What `wait4` reports about a finished process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub max_rss_kib: u64,
+    pub cpu: Duration,
+}
+
+impl Usage {
+    /// Two runs one after the other: the larger peak, the summed CPU.
+    pub fn and(self, other: Usage) -> Usage {
+        Usage {
+            max_rss_kib: self.max_rss_kib.max(other.max_rss_kib),
+            cpu: self.cpu + other.cpu,
+        }
+    }
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+}
+
+/// Waits for a started process; returns its peak RSS and CPU time. A wrong exit status is an
+/// error.
+pub fn reap(r: Running) -> Result<Usage, String> {
     let mut status = 0;
     // SAFETY: rusage is plain data that wait4 fills in.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -216,20 +244,23 @@ pub fn reap(r: Running) -> Result<u64, String> {
             r.name, r.expect_exit
         ));
     }
-    Ok(usage.ru_maxrss as u64)
+    Ok(Usage {
+        max_rss_kib: usage.ru_maxrss as u64,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+    })
 }
 
 /// Runs the case once, timed: every step in order, one fresh container ID.
-pub fn time_once(case: &Case, env: &Env) -> Result<(Duration, u64), String> {
+pub fn time_once(case: &Case, env: &Env) -> Result<(Duration, Usage), String> {
     let id = fresh_container_id();
-    let mut rss = 0;
+    let mut usage = Usage::default();
     let t0 = Instant::now();
     for step in &case.steps {
         // The stdin file is opened inside the timed span, on every side alike.
         let r = start(step, env, &id, &case.name)?;
-        rss = rss.max(reap(r)?);
+        usage = usage.and(reap(r)?);
     }
-    Ok((t0.elapsed(), rss))
+    Ok((t0.elapsed(), usage))
 }
 
 /// A small xorshift generator: shuffling rounds needs no more.
@@ -290,10 +321,11 @@ pub fn compare(
     for round in 0..warmup + rounds {
         rng.shuffle(&mut order);
         for &i in &order {
-            let (t, rss) = time_once(&cases[i], env)?;
+            let (t, usage) = time_once(&cases[i], env)?;
             if round >= warmup {
                 samples[i].times.push(t);
-                samples[i].max_rss_kib.push(rss);
+                samples[i].max_rss_kib.push(usage.max_rss_kib);
+                samples[i].cpu.push(usage.cpu);
             }
         }
         between()?;

@@ -252,7 +252,32 @@ fn rows(r: &Results) -> Vec<Row> {
             "—",
             "—".into(),
         );
-        if let Some(t) = r.concurrent.get(3) {
+        for c in r.concurrent[3..]
+            .iter()
+            .filter(|c| c.name.contains("candidate"))
+        {
+            let t = c.median();
+            push(
+                &format!(
+                    "6. ({}) 64 concurrent ADDs",
+                    c.name
+                        .trim_start_matches("64 × ")
+                        .trim_end_matches(" → cni-noop")
+                ),
+                format!(
+                    "{} = {:.2}× direct",
+                    ms(t),
+                    t.as_secs_f64() / d.as_secs_f64()
+                ),
+                "—",
+                "—".into(),
+            );
+        }
+        if let Some(t) = r
+            .concurrent
+            .iter()
+            .find(|c| c.name.ends_with("records on tmpfs"))
+        {
             let t = t.median();
             push(
                 "6. (diagnostic) 64 concurrent ADDs through the guard, records on tmpfs",
@@ -411,17 +436,18 @@ pub fn table(r: &Results) -> String {
 fn detail(out: &mut String, title: &str, samples: &[Samples]) {
     let _ = writeln!(
         out,
-        "\n### {title}\n\n| Case | Median | p25–p75 | Runs | Peak RSS |\n|---|---|---|---|---|"
+        "\n### {title}\n\n| Case | Median | p25–p75 | Runs | CPU (user+sys) | Peak RSS |\n|---|---|---|---|---|---|"
     );
     for s in samples {
         let _ = writeln!(
             out,
-            "| {} | {} | {}–{} | {} | {} |",
+            "| {} | {} | {}–{} | {} | {} | {} |",
             s.name,
             ms(s.median()),
             ms(quantile(s, 0.25)),
             ms(quantile(s, 0.75)),
             s.times.len(),
+            ms(s.median_cpu()),
             mib(s.median_rss_kib())
         );
     }

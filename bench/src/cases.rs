@@ -168,9 +168,9 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
     } else {
         Plan {
             warmup: 20,
-            fast: 600,
+            fast: 1000,
             child: 300,
-            real: 60,
+            real: 150,
             refusal: 400,
             wake: 30,
             concurrent: 15,
@@ -265,6 +265,15 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
                 Step::new(&l.guard(), "ADD", &g).expect(0, ok),
             ));
         }
+        cases.push(Case::one(
+            "cni-guard (static) → cni-noop, no syslog socket (log line to stderr)",
+            Step::new(&l.guard(), "ADD", &g_fast)
+                .env(
+                    "CNI_GUARD_SYSLOG",
+                    l.work.join("no-syslog.sock").display().to_string(),
+                )
+                .expect(0, ok),
+        ));
         for (name, path) in &opts.candidates {
             cases.push(Case::one(
                 format!("candidate {name} → cni-noop"),

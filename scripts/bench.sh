@@ -155,23 +155,46 @@ echo "bench: running${quick:+ (quick)}" >&2
 export CNI_COMMAND=ADD CNI_CONTAINERID=hyperfine1 CNI_NETNS=/run/netns/none CNI_IFNAME=eth0 \
   CNI_PATH="$bin" CNI_GUARD_SYSLOG="$work/no-syslog.sock"
 g="$work/g-fast.json"
-if [ -n "$quick" ]; then hf=(-w 2 -r 5); else hf=(-w 50 -r 500); fi
-hyperfine -S sh "${hf[@]}" --style basic --export-json "$work/hyperfine.json" \
-  -n "cni-noop, direct" "$bin/cni-noop < $g" \
-  -n "exec-floor -> cni-noop" "$bin/exec-floor $bin/cni-noop < $g" \
-  -n "cni-guard (static) -> cni-noop" "$bin/cni-guard < $g" >"$work/hyperfine.txt" 2>&1 \
-  || { cat "$work/hyperfine.txt" >&2; echo "bench: FAILED: hyperfine" >&2; exit 1; }
+# hyperfine runs each command's runs in one block; to spread load changes over all sides alike,
+# it runs in several rounds with the order of the commands rotated, and the times are pooled.
+if [ -n "$quick" ]; then hf=(-w 2 -r 3); hf_rounds=2; else hf=(-w 10 -r 100); hf_rounds=10; fi
+# No shell (-N): hyperfine cannot feed stdin, so `exec-floor --stdin` opens it and execs the
+# side; that extra exec is the same on every side and cancels out of the differences.
+feed="$bin/exec-floor --stdin $g"
+sides=("cni-noop, direct|$feed $bin/cni-noop"
+  "exec-floor -> cni-noop|$feed $bin/exec-floor $bin/cni-noop"
+  "cni-guard -> cni-noop|$feed $bin/cni-guard")
+for round in $(seq 1 "$hf_rounds"); do
+  cmds=()
+  for k in 0 1 2; do
+    side="${sides[$(( (k + round) % 3 ))]}"
+    cmds+=(-n "${side%%|*}" "${side#*|}")
+  done
+  # --prepare removes the records between runs, so every ADD creates one, as in the driver.
+  hyperfine -N "${hf[@]}" --style basic --export-json "$work/hyperfine-$round.json" \
+    --prepare "find $work/cache -type f -delete" "${cmds[@]}" >"$work/hyperfine.txt" 2>&1 \
+    || { cat "$work/hyperfine.txt" >&2; echo "bench: FAILED: hyperfine" >&2; exit 1; }
+done
+jq -s '[.[].results[]] | group_by(.command)
+  | map({command: .[0].command, times: (map(.times) | add | sort)})
+  | map(. + {median: .times[(.times | length / 2 | floor)],
+             mean: ((.times | add) / (.times | length))})' \
+  "$work"/hyperfine-*.json >"$work/hyperfine.json"
 rss() { { /usr/bin/time -v "$@" 2>&1 >/dev/null || true; } | sed -n 's/.*Maximum resident set size (kbytes): //p'; }
 rss_exec="$(rss "$bin/cni-guard" <"$g")"
 rss_refuse="$(rss "$bin/cni-guard" <"$work/g-missing.json")"
 [ -n "$rss_exec" ] && [ -n "$rss_refuse" ] || { echo "bench: FAILED: /usr/bin/time -v gave no RSS" >&2; exit 1; }
 {
   echo
-  echo "## Cross-check: hyperfine (fast path, through \`sh -c\`, shell start-up subtracted by hyperfine; same container ID every run, so the record is replaced, not created; log to stderr)"
+  echo "## Cross-check: hyperfine -N (fast path; $hf_rounds rounds, command order rotated, times pooled; every side fed its stdin by \`exec-floor --stdin\`, one extra exec that cancels out; records removed between runs by \`--prepare\`; log line to stderr)"
   echo
-  echo "| Command | Median | Mean ± σ | Runs |"
+  echo "| Command | Median | Mean | Runs |"
   echo "|---|---|---|---|"
-  jq -r '.results[] | "| \(.command) | \(.median*1e6|round/1e3) ms | \(.mean*1e6|round/1e3) ± \(.stddev*1e6|round/1e3) ms | \(.times|length) |"' \
+  jq -r '.[] | "| \(.command) | \(.median*1e6|round/1e3) ms | \(.mean*1e6|round/1e3) ms | \(.times|length) |"' \
+    "$work/hyperfine.json"
+  jq -r 'map({(.command): .median}) | add
+    | .["cni-noop, direct"] as $n | .["exec-floor -> cni-noop"] as $f | .["cni-guard -> cni-noop"] as $g
+    | "\nFrom the pooled medians: floor \((($f-$n)*1e6|round)/1e3) ms, guard overhead \((($g-$n)*1e6|round)/1e3) ms = \((($g-$n)/($f-$n)*100|round)/100)× the floor (target ≤ 1.5×)."' \
     "$work/hyperfine.json"
   echo
   echo "## Cross-check: /usr/bin/time -v, maximum resident set size"

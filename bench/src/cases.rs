@@ -173,7 +173,7 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
             real: 150,
             refusal: 400,
             wake: 30,
-            concurrent: 15,
+            concurrent: 30,
             attachments: 200,
             sizes: 60,
         }

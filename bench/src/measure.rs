@@ -84,6 +84,8 @@ pub struct Samples {
     pub max_rss_kib: Vec<u64>,
     /// User plus system CPU time of the processes of each run (children included).
     pub cpu: Vec<Duration>,
+    /// For cases of several steps: each step's own wall time, per step.
+    pub steps: Vec<Vec<Duration>>,
 }
 
 impl Samples {
@@ -251,16 +253,19 @@ pub fn reap(r: Running) -> Result<Usage, String> {
 }
 
 /// Runs the case once, timed: every step in order, one fresh container ID.
-pub fn time_once(case: &Case, env: &Env) -> Result<(Duration, Usage), String> {
+pub fn time_once(case: &Case, env: &Env) -> Result<(Duration, Usage, Vec<Duration>), String> {
     let id = fresh_container_id();
     let mut usage = Usage::default();
+    let mut steps = Vec::new();
     let t0 = Instant::now();
     for step in &case.steps {
+        let ts = Instant::now();
         // The stdin file is opened inside the timed span, on every side alike.
         let r = start(step, env, &id, &case.name)?;
         usage = usage.and(reap(r)?);
+        steps.push(ts.elapsed());
     }
-    Ok((t0.elapsed(), usage))
+    Ok((t0.elapsed(), usage, steps))
 }
 
 /// A small xorshift generator: shuffling rounds needs no more.
@@ -321,8 +326,14 @@ pub fn compare(
     for round in 0..warmup + rounds {
         rng.shuffle(&mut order);
         for &i in &order {
-            let (t, usage) = time_once(&cases[i], env)?;
+            let (t, usage, steps) = time_once(&cases[i], env)?;
             if round >= warmup {
+                if samples[i].steps.len() < steps.len() {
+                    samples[i].steps.resize(steps.len(), Vec::new());
+                }
+                for (k, st) in steps.into_iter().enumerate() {
+                    samples[i].steps[k].push(st);
+                }
                 samples[i].times.push(t);
                 samples[i].max_rss_kib.push(usage.max_rss_kib);
                 samples[i].cpu.push(usage.cpu);

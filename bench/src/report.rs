@@ -555,6 +555,18 @@ pub fn markdown(opts: &Options, r: &Results) -> String {
     if let Some(real) = &r.real {
         detail(&mut out, "3. Real ADD+DEL (bridge + host-local)", real);
     }
+    if let Some(real) = &r.real {
+        let _ = writeln!(out, "\nPer step (median wall time):\n");
+        for c in real {
+            let steps: Vec<String> = c
+                .steps
+                .iter()
+                .zip(["ADD", "DEL"])
+                .map(|(t, verb)| format!("{verb} {}", ms(median(t))))
+                .collect();
+            let _ = writeln!(out, "- {}: {}", c.name, steps.join(", "));
+        }
+    }
     detail(&mut out, "4. Refusal and STATUS", &r.refusal);
     if !r.wake.is_empty() {
         let _ = writeln!(out, "\n### 5. Wake-up\n\nRename of the delegate into place → `cni-noop` started, sorted, in ms:\n");

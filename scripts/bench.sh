@@ -160,7 +160,11 @@ g="$work/g-fast.json"
 if [ -n "$quick" ]; then hf=(-w 2 -r 3); hf_rounds=2; else hf=(-w 10 -r 100); hf_rounds=10; fi
 # No shell (-N): hyperfine cannot feed stdin, so `exec-floor --stdin` opens it and execs the
 # side; that extra exec is the same on every side and cancels out of the differences.
-feed="$bin/exec-floor --stdin $g"
+# The feeder is a copy of exec-floor under another name: a different file, so that running
+# exec-floor after it does not find the same pages hot in the CPU caches (that made the floor
+# look half as large).
+cp "$bin/exec-floor" "$bin/stdin-feeder"
+feed="$bin/stdin-feeder --stdin $g"
 sides=("cni-noop, direct|$feed $bin/cni-noop"
   "exec-floor -> cni-noop|$feed $bin/exec-floor $bin/cni-noop"
   "cni-guard -> cni-noop|$feed $bin/cni-guard")
@@ -186,7 +190,7 @@ rss_refuse="$(rss "$bin/cni-guard" <"$work/g-missing.json")"
 [ -n "$rss_exec" ] && [ -n "$rss_refuse" ] || { echo "bench: FAILED: /usr/bin/time -v gave no RSS" >&2; exit 1; }
 {
   echo
-  echo "## Cross-check: hyperfine -N (fast path; $hf_rounds rounds, command order rotated, times pooled; every side fed its stdin by \`exec-floor --stdin\`, one extra exec that cancels out; records removed between runs by \`--prepare\`; log line to stderr)"
+  echo "## Cross-check: hyperfine -N (fast path; $hf_rounds rounds, command order rotated, times pooled; every side fed its stdin by \`stdin-feeder --stdin\` (a copy of exec-floor), one extra exec that cancels out; records removed between runs by \`--prepare\`; log line to stderr)"
   echo
   echo "| Command | Median | Mean | Runs |"
   echo "|---|---|---|---|"

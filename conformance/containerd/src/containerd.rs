@@ -239,9 +239,13 @@ impl Containerd {
         }
         kill_own_shims(&self.socket);
         unmount_under(self.dir.path());
-        // libcni's result cache and the sandboxes' cgroups live outside our folder.
+        // libcni's result cache and the sandboxes' cgroups live outside our folder. A cache
+        // entry is ours when the network config it holds points into our folder (every config
+        // the suites write does); a sandbox torn down under another network name leaves one.
+        for f in cni_results_mentioning(self.dir.path()) {
+            let _ = fs::remove_file(f);
+        }
         for id in &sandboxes {
-            remove_cni_results_for(id);
             for cg in k8s_cgroups() {
                 let _ = fs::remove_dir(cg.join(id));
             }
@@ -377,16 +381,35 @@ fn unescape_mount_path(p: &str) -> String {
         .replace("\\134", "\\")
 }
 
-/// Removes libcni's cached results for a sandbox (`<network>-<containerID>-<ifname>`).
-pub fn remove_cni_results_for(sandbox_id: &str) {
-    for f in cni_results_for(sandbox_id) {
-        let _ = fs::remove_file(f);
-    }
+const CNI_RESULTS: &str = "/var/lib/cni/results";
+
+/// libcni's cached results whose stored network config mentions `dir`.
+pub fn cni_results_mentioning(dir: &Path) -> Vec<PathBuf> {
+    use base64::Engine as _;
+    let needle = dir.as_os_str().as_encoded_bytes();
+    let Ok(entries) = fs::read_dir(CNI_RESULTS) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            let Ok(text) = fs::read(p) else { return false };
+            let Ok(entry) = serde_json::from_slice::<serde_json::Value>(&text) else {
+                return false;
+            };
+            let config = entry.get("config").and_then(|c| c.as_str()).unwrap_or("");
+            base64::engine::general_purpose::STANDARD
+                .decode(config)
+                .map(|c| c.windows(needle.len()).any(|w| w == needle))
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 /// libcni's cached results that mention a sandbox id.
 pub fn cni_results_for(sandbox_id: &str) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir("/var/lib/cni/results") else {
+    let Ok(entries) = fs::read_dir(CNI_RESULTS) else {
         return Vec::new();
     };
     entries

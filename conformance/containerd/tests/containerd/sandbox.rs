@@ -66,3 +66,55 @@ pub fn assert_clean(
     let left = ctrd.block_on(ctrd.cri().list_pod_sandbox()).unwrap();
     assert!(left.is_empty(), "sandboxes left: {left:?}");
 }
+
+#[test]
+#[ignore = "needs root and containerd: run by scripts/test.d/30-containerd.sh"]
+fn sandbox_through_the_guard() {
+    const SUITE: &str = "sandbox_through_the_guard";
+    if !prereq::can_run(SUITE) {
+        return;
+    }
+    let Some(guard) = prereq::binary(SUITE, "CNI_GUARD_BIN", "cni-guard") else {
+        return;
+    };
+    let ctrd = start_containerd(&[("cni-guard", &guard)]);
+    let ipam = ctrd.scratch("ipam");
+    let cache = ctrd.scratch("guard-cache");
+    let delegates = ctrd.scratch("delegates");
+    let net = bridge_network("pods", "cni-pods", "10.78.0.0/24", &ipam);
+    write_atomically(&delegates, "10-pods.conflist", &as_conflist(&net)).unwrap();
+    let delegate = delegates.join("10-pods.conflist");
+    let guard_conf = cni::guard_conflist(&delegate, &[], 0, &cache);
+    write_atomically(&ctrd.conf_dir(), "00-cni-guard.conflist", &guard_conf).unwrap();
+    ctrd.wait_network_ready(NETWORK_READY).unwrap();
+    let cri = ctrd.cri();
+
+    let sb = ctrd
+        .block_on(run_sandbox(&cri, "guarded", "suite1", 0))
+        .unwrap();
+    println!("guarded sandbox {} ip={} {:?}", sb.id, sb.ip, sb.interfaces);
+    // The delegate's interface, with the address the delegate's IPAM gave, reported by the CRI.
+    assert_in_subnet(&sb.ip, "10.78.0.");
+    let names: Vec<&str> = sb.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, vec!["eth0"]);
+    assert_eq!(sb.interfaces[0].ipv4, vec![sb.ip.clone()]);
+    assert_eq!(cni::reservations(&ipam, "pods"), vec![sb.ip.clone()]);
+    let records = cni::guard_records(&cache);
+    assert_eq!(
+        records.len(),
+        1,
+        "one guard record per attachment: {records:?}"
+    );
+    let veths = ctrd.netns().links_of_kind("veth").unwrap();
+    assert_eq!(veths.len(), 1, "one host-side veth: {veths:?}");
+
+    ctrd.block_on(cri.stop_pod_sandbox(&sb.id)).unwrap();
+    ctrd.block_on(cri.remove_pod_sandbox(&sb.id)).unwrap();
+    assert_clean(&ctrd, &ipam, "pods", &sb.id);
+    let records = cni::guard_records(&cache);
+    assert!(records.is_empty(), "guard records left: {records:?}");
+    assert!(
+        !ctrd.log().contains("Failed to destroy network"),
+        "containerd logged a failed teardown"
+    );
+}

@@ -22,6 +22,10 @@ case "$kind" in
   *) usage ;;
 esac
 
+# The shared objects a binary loads (none for a static one; ldd's exit code differs between
+# static and static-pie binaries, so look at what it prints).
+libs_of() { ldd "$1" 2>/dev/null | grep -oE '/[^ ]+' | sort -u || true; }
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rootfs=$work/rootfs layout=$work/layout
@@ -31,7 +35,7 @@ case "$kind" in
   sandbox)
     busybox=/bin/busybox
     [ -x "$busybox" ] || { echo "build-image: $busybox missing (apt-get install busybox-static)" >&2; exit 1; }
-    ! ldd "$busybox" >/dev/null 2>&1 \
+    [ -z "$(libs_of "$busybox")" ] \
       || { echo "build-image: $busybox is not static (install busybox-static)" >&2; exit 1; }
     mkdir -p "$rootfs/bin"
     cp "$busybox" "$rootfs/bin/busybox"
@@ -43,12 +47,10 @@ case "$kind" in
     [ -x "$binary" ] || { echo "build-image: $binary is not an executable" >&2; exit 1; }
     cp "$binary" "$rootfs/cni-guard"
     # A dynamically linked binary needs its loader and libraries: copy exactly those.
-    if ldd "$binary" >/dev/null 2>&1; then
-      ldd "$binary" | grep -oE '/[^ ]+' | sort -u | while read -r lib; do
-        mkdir -p "$rootfs$(dirname "$lib")"
-        cp -L "$lib" "$rootfs$lib"
-      done
-    fi
+    for lib in $(libs_of "$binary"); do
+      mkdir -p "$rootfs$(dirname "$lib")"
+      cp -L "$lib" "$rootfs$lib"
+    done
     entrypoint='["/cni-guard"]'
     ;;
 esac

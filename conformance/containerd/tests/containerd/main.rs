@@ -4,6 +4,7 @@
 //! They need root and are `#[ignore]`d in the plain workspace run; scripts/test.d/30-containerd.sh
 //! runs them with `--ignored`.
 mod common;
+mod init_container;
 mod race;
 mod refusal;
 mod sandbox;

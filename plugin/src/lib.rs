@@ -1,1 +1,18 @@
 //! cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.
+//!
+//! CNI mode starts at [`cni::handle`]; `main.rs` turns its [`cni::Outcome`] into output, an
+//! exit code, or an exec of the delegate.
+
+pub mod cni;
+pub mod config;
+pub mod delegate;
+pub mod error;
+pub mod invoke;
+pub mod log;
+pub mod netconf;
+pub mod readiness;
+pub mod records;
+pub mod request;
+mod sys;
+pub mod version;
+pub mod wait;

@@ -1,1 +1,63 @@
-fn main() {}
+//! The `cni-guard` binary: CNI plugin when `CNI_COMMAND` is set, operator tool otherwise.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use cni_guard::cni::{self, Action};
+use cni_guard::error::{code, Error};
+use cni_guard::{invoke, log};
+
+fn main() -> ExitCode {
+    if std::env::var_os("CNI_COMMAND").is_none() {
+        return operator(std::env::args_os().skip(1).collect());
+    }
+    // A panic must still answer the runtime in the spec's terms, never with a bare backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let e = Error::new(
+            code::INTERNAL,
+            format!("cni-guard failed internally: {info}"),
+            "",
+        );
+        let _ = std::io::stdout().write_all(&e.to_json(cni_guard::version::LATEST));
+        log::emit(log::Level::Warning, &format!("internal failure: {info}"));
+    }));
+    let outcome = cni::handle(&|k| std::env::var_os(k), &mut std::io::stdin().lock());
+    for w in &outcome.warnings {
+        log::emit(log::Level::Warning, w);
+    }
+    log::emit(outcome.level, &outcome.summary);
+    let (stdout, exit) = match outcome.action {
+        Action::Reply { stdout, exit } => (stdout, exit),
+        Action::Exec {
+            plugin,
+            config,
+            cni_version,
+        } => {
+            let e = invoke::exec(&plugin, &config);
+            log::emit(log::Level::Warning, &format!("exec failed: {e}"));
+            (e.to_json(&cni_version), 1)
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if out.write_all(&stdout).and_then(|()| out.flush()).is_err() {
+        return ExitCode::from(1);
+    }
+    ExitCode::from(exit as u8)
+}
+
+fn operator(args: Vec<std::ffi::OsString>) -> ExitCode {
+    match args.first().and_then(|a| a.to_str()) {
+        Some("--version") => {
+            println!(
+                "cni-guard {} (CNI spec {})",
+                env!("CARGO_PKG_VERSION"),
+                cni_guard::version::SUPPORTED.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("cni-guard: a CNI plugin; run by the container runtime with CNI_COMMAND set");
+            ExitCode::from(2)
+        }
+    }
+}

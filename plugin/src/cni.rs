@@ -1,0 +1,420 @@
+//! CNI mode: one invocation, from the runtime's request to the reply (or to exec'ing the
+//! delegate). The decision table is in the README.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::config::{self, GuardConfig};
+use crate::delegate;
+use crate::error::{code, Error, Result};
+use crate::log::Level;
+use crate::netconf::NetworkConfig;
+use crate::readiness;
+use crate::records::{Record, Store};
+use crate::request::{self, Command, Request};
+use crate::version::{Version, SUPPORTED};
+use crate::wait;
+
+/// What the process does once the guard has decided.
+#[derive(Debug)]
+pub enum Action {
+    /// Print `stdout` and exit with `exit`.
+    Reply { stdout: Vec<u8>, exit: i32 },
+    /// Replace the process with the delegate plugin, `config` on its stdin. If the exec fails,
+    /// reply with the error in `cni_version`.
+    Exec {
+        plugin: PathBuf,
+        config: Vec<u8>,
+        cni_version: String,
+    },
+}
+
+/// The decision and the log lines that go with it.
+#[derive(Debug)]
+pub struct Outcome {
+    pub action: Action,
+    /// The per-invocation line (verb, container, ifname, decision, duration).
+    pub summary: String,
+    pub level: Level,
+    /// Extra warnings to log (loosely writable configuration files, unusable records).
+    pub warnings: Vec<String>,
+}
+
+/// How a verb ended, before it becomes an [`Action`].
+enum Done {
+    Result(Value),
+    Empty(&'static str),
+    Exec(PathBuf, Vec<u8>),
+}
+
+struct Ctx {
+    warnings: Vec<String>,
+}
+
+/// Handles one invocation. `getenv` and `stdin` are the runtime's; nothing is printed here.
+pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -> Outcome {
+    let start = Instant::now();
+    let mut ctx = Ctx {
+        warnings: Vec::new(),
+    };
+    let raw_command = getenv("CNI_COMMAND")
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let container = getenv("CNI_CONTAINERID")
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ifname = getenv("CNI_IFNAME")
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+
+    let (reply_version, result) = match request::read_stdin(stdin) {
+        Ok(bytes) => {
+            let v = config::reply_version(&bytes);
+            (v, dispatch(getenv, bytes, &mut ctx))
+        }
+        Err(e) => (crate::version::LATEST.to_owned(), Err(e)),
+    };
+
+    let elapsed = start.elapsed();
+    let mut summary = format!(
+        "verb={} container={} ifname={} ",
+        printable(&raw_command),
+        printable(&container),
+        printable(&ifname)
+    );
+    let (action, level) = match result {
+        Ok(Done::Result(v)) => {
+            summary.push_str("decision=delegated");
+            let mut out = serde_json::to_vec(&v).expect("JSON values always serialize");
+            out.push(b'\n');
+            (
+                Action::Reply {
+                    stdout: out,
+                    exit: 0,
+                },
+                Level::Info,
+            )
+        }
+        Ok(Done::Empty(what)) => {
+            summary.push_str("decision=");
+            summary.push_str(what);
+            (
+                Action::Reply {
+                    stdout: Vec::new(),
+                    exit: 0,
+                },
+                Level::Info,
+            )
+        }
+        Ok(Done::Exec(plugin, config)) => {
+            summary.push_str(&format!("decision=exec plugin={}", plugin.display()));
+            (
+                Action::Exec {
+                    plugin,
+                    config,
+                    cni_version: reply_version,
+                },
+                Level::Info,
+            )
+        }
+        Err(e) => {
+            let decision = if e.code() == code::TRY_AGAIN_LATER || e.code() == code::NOT_AVAILABLE {
+                "refused"
+            } else {
+                "error"
+            };
+            summary.push_str(&format!(
+                "decision={decision} code={} msg={:?}",
+                e.code(),
+                e.msg()
+            ));
+            (
+                Action::Reply {
+                    stdout: e.to_json(&reply_version),
+                    exit: 1,
+                },
+                Level::Warning,
+            )
+        }
+    };
+    summary.push_str(&format!(" duration={:.3}ms", elapsed.as_secs_f64() * 1e3));
+    Outcome {
+        action,
+        summary,
+        level,
+        warnings: ctx.warnings,
+    }
+}
+
+fn dispatch(
+    getenv: &dyn Fn(&str) -> Option<OsString>,
+    stdin: Vec<u8>,
+    ctx: &mut Ctx,
+) -> Result<Done> {
+    let command = request::command(getenv)?;
+    let mut req = request::parse_env(command, getenv)?;
+    req.stdin = stdin;
+    if command == Command::Version {
+        return version(&req.stdin);
+    }
+    let cfg = GuardConfig::parse(&req.stdin)?;
+    match command {
+        Command::Add => add(&req, &cfg, ctx),
+        Command::Del => del(&req, &cfg, ctx),
+        Command::Check => check(&req, &cfg),
+        Command::Status => status(&req, &cfg, ctx),
+        Command::Gc => gc(&req, &cfg, ctx),
+        Command::Version => unreachable!("handled above"),
+    }
+}
+
+fn version(stdin: &[u8]) -> Result<Done> {
+    Ok(Done::Result(serde_json::json!({
+        "cniVersion": config::reply_version(stdin),
+        "supportedVersions": SUPPORTED,
+    })))
+}
+
+/// ADD: refuse (11, or 7) until the delegate network is complete; then record the delegate
+/// and run it, by exec when no conversion is needed.
+fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
+    let report = wait::until_ready(cfg, &req.cni_path);
+    warn_loose(&report, ctx);
+    if let Some(refusal) = report.error(code::TRY_AGAIN_LATER) {
+        return Err(refusal);
+    }
+    let list = report.delegate.expect("a ready report has the delegate");
+    let store = Store::open(&cfg.cache_dir, &cfg.name, true)?.expect("created");
+    store.write(&Record {
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+        network: cfg.name.clone(),
+        cni_version: cfg.cni_version.clone(),
+        delegate_path: cfg.delegate.clone(),
+        delegate: list.raw.clone(),
+    })?;
+    let prev = cfg.prev_result.as_ref();
+    if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev)? {
+        return Ok(Done::Exec(plugin, config));
+    }
+    match delegate::add(&list, cfg, &req.cni_path) {
+        Ok(result) => Ok(Done::Result(result)),
+        Err((e, rolled_back)) => {
+            if rolled_back {
+                if let Err(re) = store.remove(&req.container_id, &req.ifname) {
+                    ctx.warnings.push(format!(
+                        "cannot remove the record after a rolled-back ADD: {re}"
+                    ));
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// DEL: never refused for a missing delegate. Tears down with the configuration recorded at
+/// ADD; without a record, with the current delegate if there is a usable one; else nothing.
+fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
+    let store = match Store::open(&cfg.cache_dir, &cfg.name, false) {
+        Ok(s) => s,
+        Err(e) => {
+            ctx.warnings.push(format!(
+                "records unusable, tearing down with the current delegate: {e}"
+            ));
+            None
+        }
+    };
+    let recorded = store
+        .as_ref()
+        .and_then(|s| match s.read(&req.container_id, &req.ifname) {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.warnings.push(e);
+                None
+            }
+        });
+    let from_record = recorded.and_then(|r| {
+        match NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type) {
+            Ok(list) => Some(list),
+            Err(p) => {
+                ctx.warnings.push(format!(
+                    "recorded delegate {} unusable: {}",
+                    r.delegate_path.display(),
+                    p.reason
+                ));
+                None
+            }
+        }
+    });
+    let had_record = from_record.is_some();
+    let list = match from_record {
+        Some(list) => list,
+        None => match NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
+            Ok(list) => list,
+            Err(_) => {
+                return Ok(Done::Empty("nothing-to-do"));
+            }
+        },
+    };
+    delegate::del(&list, cfg, &req.cni_path)?;
+    if let Some(store) = &store {
+        if let Err(e) = store.remove(&req.container_id, &req.ifname) {
+            ctx.warnings
+                .push(format!("torn down, but the record stays: {e}"));
+        }
+    }
+    Ok(Done::Empty(if had_record {
+        "deleted-recorded"
+    } else {
+        "deleted-current"
+    }))
+}
+
+/// CHECK: the delegate's CHECK with prevResult, where its version and configuration allow it.
+fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
+    if cfg.version() < Version::V0_4_0 {
+        return Err(Error::new(
+            code::INCOMPATIBLE_VERSION,
+            format!("cniVersion {} does not have CHECK", cfg.cni_version),
+            "",
+        ));
+    }
+    let list = NetworkConfig::load(&cfg.delegate, &cfg.plugin_type).map_err(|p| {
+        let c = if p.fatal {
+            code::INVALID_CONFIG
+        } else {
+            code::TRY_AGAIN_LATER
+        };
+        Error::new(
+            c,
+            format!(
+                "cni-guard: delegate {} {}",
+                cfg.delegate.display(),
+                p.reason
+            ),
+            "",
+        )
+    })?;
+    if !list.version().has_check() || list.disable_check {
+        return Ok(Done::Empty("check-skipped"));
+    }
+    let prev = cfg
+        .prev_result
+        .as_ref()
+        .map(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version))
+        .transpose()
+        .map_err(|e| Error::new(code::DECODE_FAILURE, format!("invalid prevResult: {e}"), ""))?;
+    if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev.as_ref())? {
+        return Ok(Done::Exec(plugin, config));
+    }
+    delegate::check(&list, cfg, &req.cni_path)?;
+    Ok(Done::Empty("checked"))
+}
+
+/// STATUS: 50 while not ready (never waits); then the delegate's own STATUS.
+fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
+    require_1_1(cfg, "STATUS")?;
+    let report = readiness::check(cfg, &req.cni_path);
+    warn_loose(&report, ctx);
+    if let Some(e) = report.error(code::NOT_AVAILABLE) {
+        return Err(e);
+    }
+    let list = report.delegate.expect("a ready report has the delegate");
+    delegate::status(&list, cfg, &req.cni_path)?;
+    Ok(Done::Empty("ready"))
+}
+
+/// GC: forwarded to the delegate; then the guard's own records outside the valid set go.
+fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
+    require_1_1(cfg, "GC")?;
+    let valid = cfg.valid_attachments.clone();
+    let valid_json = match &valid {
+        Some(v) => Value::Array(
+            v.iter()
+                .map(|(id, ifname)| serde_json::json!({"containerID": id, "ifname": ifname}))
+                .collect(),
+        ),
+        None => Value::Array(Vec::new()),
+    };
+    let mut errors = Vec::new();
+    if let Ok(list) = NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
+        errors.extend(delegate::gc(&list, cfg, &req.cni_path, &valid_json));
+    }
+    match Store::open(&cfg.cache_dir, &cfg.name, false) {
+        Ok(Some(store)) => {
+            let swept = store.sweep_temp_files();
+            if swept > 0 {
+                ctx.warnings.push(format!(
+                    "removed {swept} temp file(s) left by killed writers"
+                ));
+            }
+            if let Some(valid) = &valid {
+                match store.list() {
+                    Ok(records) => {
+                        for (id, ifname) in records.iter().filter(|r| !valid.contains(r)) {
+                            if let Err(e) = store.remove(id, ifname) {
+                                errors.push(e);
+                            }
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => errors.push(e),
+    }
+    match errors.len() {
+        0 => Ok(Done::Empty("collected")),
+        1 => Err(errors.remove(0)),
+        _ => {
+            let first = errors.remove(0);
+            let rest: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            Err(Error::new(
+                first.code(),
+                first.msg(),
+                format!("also: {}", rest.join("; ")),
+            ))
+        }
+    }
+}
+
+fn require_1_1(cfg: &GuardConfig, verb: &str) -> Result<()> {
+    if cfg.version() < Version::V1_1_0 {
+        return Err(Error::new(
+            code::INCOMPATIBLE_VERSION,
+            format!(
+                "cniVersion {} does not have {verb} (it came with 1.1.0)",
+                cfg.cni_version
+            ),
+            "",
+        ));
+    }
+    Ok(())
+}
+
+fn warn_loose(report: &readiness::Report, ctx: &mut Ctx) {
+    for p in &report.warnings {
+        ctx.warnings
+            .push(format!("{} is writable by group or others", p.display()));
+    }
+}
+
+/// Log values come from the runtime: keep them on one line.
+fn printable(s: &str) -> String {
+    let s: String = s
+        .chars()
+        .take(128)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if s.is_empty() {
+        "-".to_owned()
+    } else {
+        s
+    }
+}

@@ -1,0 +1,345 @@
+//! Running the delegate network configuration, plugin by plugin, as libcni's `api.go` runs a
+//! conflist: each plugin gets the list's `name` and `cniVersion`, the `runtimeConfig` entries
+//! for the capabilities it declares, and `prevResult`; ADD threads results forward, DEL runs in
+//! reverse with the final ADD result, CHECK and STATUS run forward, GC runs every plugin and
+//! collects errors.
+//!
+//! Where we differ from libcni, on purpose: a failed ADD is rolled back here (DEL on the plugins
+//! already run, in reverse, the failing one included), as Multus rolls back its delegates,
+//! because the runtime sees only the guard and a half-made attachment must not wait for a DEL
+//! that a runtime like cnitool never sends.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::config::GuardConfig;
+use crate::error::{code, Error, Result};
+use crate::invoke;
+use crate::netconf::NetworkConfig;
+use crate::request::Command;
+use crate::version::{convert_result, Version};
+
+/// The request configuration for one plugin of `list` (libcni's `buildOneConfig` and
+/// `injectRuntimeConfig`), plus the runtime's `args` from the guard's own configuration.
+pub fn build_config(
+    plugin: &Map<String, Value>,
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    prev_result: Option<&Value>,
+    extra: &[(&str, &Value)],
+) -> Vec<u8> {
+    let mut conf = plugin.clone();
+    conf.insert("name".into(), Value::String(list.name.clone()));
+    conf.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+    if let Some(prev) = prev_result {
+        conf.insert("prevResult".into(), prev.clone());
+    }
+    let mut runtime_config = Map::new();
+    if let Some(Value::Object(caps)) = plugin.get("capabilities") {
+        for (cap, enabled) in caps {
+            if enabled.as_bool() == Some(true) {
+                if let Some(v) = guard.runtime_config.get(cap) {
+                    runtime_config.insert(cap.clone(), v.clone());
+                }
+            }
+        }
+    }
+    if !runtime_config.is_empty() {
+        conf.insert("runtimeConfig".into(), Value::Object(runtime_config));
+    }
+    if let Some(args) = &guard.args {
+        let mut merged = match conf.remove("args") {
+            Some(Value::Object(own)) => own,
+            _ => Map::new(),
+        };
+        merged.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
+        conf.insert("args".into(), Value::Object(merged));
+    }
+    for (k, v) in extra {
+        conf.insert((*k).to_owned(), (*v).clone());
+    }
+    serde_json::to_vec(&Value::Object(conf)).expect("JSON values always serialize")
+}
+
+/// When the delegate is one plugin speaking the guard's cniVersion, its output needs no
+/// conversion: the guard can exec it and cost the pod one exec. Returns the binary and stdin.
+pub fn exec_plan(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+    prev_result: Option<&Value>,
+) -> Result<Option<(PathBuf, Vec<u8>)>> {
+    if list.plugins.len() != 1 || list.cni_version != guard.cni_version {
+        return Ok(None);
+    }
+    let plugin = &list.plugins[0];
+    let binary = find(plugin, cni_path)?;
+    Ok(Some((
+        binary,
+        build_config(plugin, list, guard, prev_result, &[]),
+    )))
+}
+
+/// ADD through every plugin; returns the final result in the guard's cniVersion.
+/// On failure the plugins already run are rolled back; `Err.1` says whether that succeeded.
+pub fn add(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+) -> std::result::Result<Value, (Error, bool)> {
+    let mut prev = guard
+        .prev_result
+        .as_ref()
+        .map(|p| to_version(p, &guard.cni_version, &list.cni_version))
+        .transpose()
+        .map_err(|e| (e, true))?
+        .flatten();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        let step = find(plugin, cni_path).and_then(|binary| {
+            let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
+            let out = invoke::run(&binary, Command::Add, &conf)?;
+            parse_result(&out, &binary, &list.cni_version)
+        });
+        match step {
+            Ok(result) => prev = Some(result),
+            Err(e) => {
+                let rolled_back = rollback(list, guard, cni_path, i, prev.as_ref());
+                return Err((e, rolled_back));
+            }
+        }
+    }
+    let last = prev.ok_or_else(|| {
+        (
+            Error::new(code::INTERNAL, "delegate produced no result", ""),
+            true,
+        )
+    })?;
+    convert_result(&last, &list.cni_version, &guard.cni_version).map_err(|e| {
+        (
+            Error::new(
+                code::INTERNAL,
+                format!("cannot convert the delegate's result: {e}"),
+                "",
+            ),
+            false,
+        )
+    })
+}
+
+fn rollback(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+    failed: usize,
+    prev: Option<&Value>,
+) -> bool {
+    let mut clean = true;
+    for plugin in list.plugins[..=failed].iter().rev() {
+        let ok = find(plugin, cni_path).and_then(|binary| {
+            let conf = build_config(plugin, list, guard, prev, &[]);
+            invoke::run(&binary, Command::Del, &conf).map(drop)
+        });
+        clean &= ok.is_ok();
+    }
+    clean
+}
+
+/// DEL through every plugin in reverse, each given the runtime's prevResult (libcni's cached
+/// final result) in the delegate's version, where that version has DEL prevResults.
+pub fn del(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
+    let prev = cached_result(list, guard)?;
+    for plugin in list.plugins.iter().rev() {
+        let binary = find(plugin, cni_path)?;
+        let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
+        invoke::run(&binary, Command::Del, &conf)?;
+    }
+    Ok(())
+}
+
+/// CHECK through every plugin, each given the runtime's prevResult in the delegate's version.
+/// The caller has excluded versions before 0.4.0 and `disableCheck`.
+pub fn check(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
+    let prev = cached_result(list, guard)?;
+    for plugin in &list.plugins {
+        let binary = find(plugin, cni_path)?;
+        let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
+        invoke::run(&binary, Command::Check, &conf)?;
+    }
+    Ok(())
+}
+
+/// STATUS through every plugin (libcni's `GetStatusNetworkList`), for delegates at 1.1.0+.
+pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
+    if !list.version().has_status_and_gc() {
+        return Ok(());
+    }
+    for plugin in &list.plugins {
+        let binary = find(plugin, cni_path)?;
+        let conf = build_config(plugin, list, guard, None, &[]);
+        invoke::run(&binary, Command::Status, &conf)?;
+    }
+    Ok(())
+}
+
+/// GC through every plugin, continuing past failures; returns every error.
+pub fn gc(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+    valid: &Value,
+) -> Vec<Error> {
+    if !list.version().has_status_and_gc() || list.disable_gc {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for plugin in &list.plugins {
+        let step = find(plugin, cni_path).and_then(|binary| {
+            let conf = build_config(
+                plugin,
+                list,
+                guard,
+                None,
+                &[("cni.dev/valid-attachments", valid)],
+            );
+            invoke::run(&binary, Command::Gc, &conf).map(drop)
+        });
+        if let Err(e) = step {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// The prevResult for DEL and CHECK: what the runtime cached from the guard's ADD, converted.
+fn cached_result(list: &NetworkConfig, guard: &GuardConfig) -> Result<Option<Value>> {
+    if !list.version().has_cached_result() {
+        return Ok(None);
+    }
+    match &guard.prev_result {
+        Some(p) => to_version(p, &guard.cni_version, &list.cni_version),
+        None => Ok(None),
+    }
+}
+
+/// Converts a result for a plugin at `target`; plugins before 0.3.0 get no prevResult.
+fn to_version(result: &Value, from: &str, target: &str) -> Result<Option<Value>> {
+    if Version::parse(target).is_some_and(|v| v < Version::V0_3_0) {
+        return Ok(None);
+    }
+    convert_result(result, from, target)
+        .map(Some)
+        .map_err(|e| Error::new(code::DECODE_FAILURE, format!("invalid prevResult: {e}"), ""))
+}
+
+fn find(plugin: &Map<String, Value>, cni_path: &[PathBuf]) -> Result<PathBuf> {
+    let t = plugin.get("type").and_then(Value::as_str).unwrap_or("");
+    invoke::find_plugin(t, cni_path).map_err(|reason| {
+        Error::new(
+            code::TRY_AGAIN_LATER,
+            format!("cni-guard: delegate plugin {t:?} {reason}"),
+            "",
+        )
+    })
+}
+
+/// Parses a plugin's ADD output into a result in the list's version. An error structure printed
+/// with exit status 0 is treated as the error it is.
+fn parse_result(stdout: &[u8], binary: &Path, list_version: &str) -> Result<Value> {
+    if let Some(err) = invoke::as_cni_error(stdout) {
+        return Err(err);
+    }
+    let value: Value = serde_json::from_slice(stdout).map_err(|e| {
+        Error::new(
+            code::INTERNAL,
+            format!(
+                "plugin {} printed a result that is not JSON: {e}",
+                binary.display()
+            ),
+            String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned(),
+        )
+    })?;
+    // Results are threaded and converted in the 0.3.0+ shape, also for 0.1.0/0.2.0 delegates.
+    let shape = match Version::parse(list_version) {
+        Some(v) if v < Version::V0_3_0 => "0.3.0",
+        _ => list_version,
+    };
+    convert_result(&value, list_version, shape).map_err(|e| {
+        Error::new(
+            code::INTERNAL,
+            format!("plugin {} printed an invalid result: {e}", binary.display()),
+            "",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn guard(extra: Value) -> GuardConfig {
+        let mut v =
+            json!({"cniVersion":"1.0.0","name":"g","type":"cni-guard","delegate":"/d.conflist"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        GuardConfig::parse(&serde_json::to_vec(&v).unwrap()).unwrap()
+    }
+
+    fn list(body: Value) -> NetworkConfig {
+        NetworkConfig::from_bytes(
+            Path::new("/d.conflist"),
+            serde_json::to_vec(&body).unwrap(),
+            "cni-guard",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn injects_name_version_and_declared_capabilities_only() {
+        let l = list(json!({"cniVersion":"0.4.0","name":"real","plugins":[
+            {"type":"bridge","capabilities":{"portMappings":true,"bandwidth":false}}]}));
+        let g = guard(
+            json!({"runtimeConfig":{"portMappings":[{"hostPort":80}],"bandwidth":{"x":1},"ips":["1.2.3.4"]},
+                             "args":{"cni":{"a":1}}}),
+        );
+        let conf: Value =
+            serde_json::from_slice(&build_config(&l.plugins[0], &l, &g, None, &[])).unwrap();
+        assert_eq!(conf["name"], "real");
+        assert_eq!(conf["cniVersion"], "0.4.0");
+        assert_eq!(
+            conf["runtimeConfig"],
+            json!({"portMappings":[{"hostPort":80}]})
+        );
+        assert_eq!(conf["args"], json!({"cni":{"a":1}}));
+        assert!(conf.get("prevResult").is_none());
+    }
+
+    #[test]
+    fn no_runtime_config_without_capabilities() {
+        let l = list(json!({"cniVersion":"1.0.0","name":"real","plugins":[{"type":"ptp"}]}));
+        let g = guard(json!({"runtimeConfig":{"portMappings":[]}}));
+        let conf: Value =
+            serde_json::from_slice(&build_config(&l.plugins[0], &l, &g, None, &[])).unwrap();
+        assert!(conf.get("runtimeConfig").is_none());
+    }
+
+    #[test]
+    fn exec_only_for_one_plugin_of_the_same_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("x");
+        std::fs::write(&bin, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let path = [dir.path().to_owned()];
+        let g = guard(json!({}));
+        let same = list(json!({"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}));
+        assert_eq!(exec_plan(&same, &g, &path, None).unwrap().unwrap().0, bin);
+        let other = list(json!({"cniVersion":"0.4.0","name":"n","plugins":[{"type":"x"}]}));
+        assert!(exec_plan(&other, &g, &path, None).unwrap().is_none());
+        let two =
+            list(json!({"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"},{"type":"x"}]}));
+        assert!(exec_plan(&two, &g, &path, None).unwrap().is_none());
+    }
+}

@@ -1,0 +1,399 @@
+//! Loading the network configurations the guard depends on: the delegate and the attachments.
+//!
+//! A configuration is a single-plugin `.conf`/`.json` or a `.conflist`, decided by the file name
+//! as libcni's `LoadConfList` decides it (a conflist inside a `.conf` is refused, as containerd
+//! refuses it). Loading never blocks: FIFOs, sockets and devices are refused before anything
+//! is read, and the size is bounded.
+
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::config::GUARD_TYPE;
+use crate::version::Version;
+
+/// A CNI configuration never comes near this; a larger file is treated as broken.
+pub const MAX_CONFIG_BYTES: u64 = 8 << 20;
+
+/// A loaded network configuration, normalised to a list of plugins.
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    pub path: PathBuf,
+    pub name: String,
+    pub cni_version: String,
+    pub plugins: Vec<Map<String, Value>>,
+    pub disable_check: bool,
+    pub disable_gc: bool,
+    /// The file's bytes, kept for the record written at ADD.
+    pub raw: Vec<u8>,
+    /// Group- or world-writable file (logged, or refused in strict mode).
+    pub loosely_writable: bool,
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: String,
+    /// A configuration error that waiting will not fix (the guard would call itself).
+    pub fatal: bool,
+}
+
+impl Problem {
+    fn retry(reason: impl Into<String>) -> Problem {
+        Problem {
+            reason: reason.into(),
+            fatal: false,
+        }
+    }
+}
+
+impl NetworkConfig {
+    pub fn version(&self) -> Version {
+        Version::parse(&self.cni_version).expect("validated at load time")
+    }
+
+    pub fn types(&self) -> impl Iterator<Item = &str> {
+        self.plugins
+            .iter()
+            .map(|p| p.get("type").and_then(Value::as_str).unwrap_or(""))
+    }
+
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Problem> {
+        let (raw, mode) = read_regular(path)?;
+        let mut conf = Self::from_bytes(path, raw, own_type)?;
+        conf.loosely_writable = mode & 0o022 != 0;
+        Ok(conf)
+    }
+
+    /// Validates configuration bytes (from a file, or from a record written at ADD).
+    pub fn from_bytes(path: &Path, raw: Vec<u8>, own_type: &str) -> Result<NetworkConfig, Problem> {
+        let value: Value = serde_json::from_slice(&raw).map_err(|e| {
+            Problem::retry(format!(
+                "is not valid JSON (perhaps still being written): {e}"
+            ))
+        })?;
+        let Value::Object(obj) = value else {
+            return Err(Problem::retry("is not a JSON object"));
+        };
+        if mentions_type(&Value::Object(obj.clone()), own_type) {
+            return Err(Problem {
+                reason: format!(
+                    "names the {own_type:?} plugin itself: the guard would call itself (point the delegate at the real network, not at the guard's own configuration)"
+                ),
+                fatal: true,
+            });
+        }
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let is_list = match ext {
+            "conflist" => true,
+            "conf" | "json" => false,
+            _ => obj.contains_key("plugins"),
+        };
+        if is_list {
+            Self::from_list(path, obj, raw)
+        } else {
+            Self::from_single(path, obj, raw)
+        }
+    }
+
+    fn from_list(
+        path: &Path,
+        obj: Map<String, Value>,
+        raw: Vec<u8>,
+    ) -> Result<NetworkConfig, Problem> {
+        let name = match obj.get("name") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            _ => return Err(Problem::retry("has no network name")),
+        };
+        let cni_version = list_version(&obj)?;
+        let plugins = match obj.get("plugins") {
+            Some(Value::Array(items)) if !items.is_empty() => items
+                .iter()
+                .enumerate()
+                .map(|(i, p)| match p {
+                    Value::Object(m) => check_type(m).map(|_| m.clone()),
+                    _ => Err(Problem::retry(format!("plugins[{i}] is not an object"))),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(Value::Array(_)) => return Err(Problem::retry("has an empty plugin list")),
+            _ => return Err(Problem::retry("is a .conflist without a \"plugins\" list")),
+        };
+        Ok(NetworkConfig {
+            path: path.to_owned(),
+            name,
+            cni_version,
+            plugins,
+            disable_check: bool_field(&obj, "disableCheck"),
+            disable_gc: bool_field(&obj, "disableGC"),
+            raw,
+            loosely_writable: false,
+        })
+    }
+
+    fn from_single(
+        path: &Path,
+        obj: Map<String, Value>,
+        raw: Vec<u8>,
+    ) -> Result<NetworkConfig, Problem> {
+        if obj.contains_key("plugins") && !obj.contains_key("type") {
+            return Err(Problem::retry(
+                "holds a plugin list but is not named .conflist (a .conf holds one plugin)",
+            ));
+        }
+        check_type(&obj)?;
+        let cni_version = match obj.get("cniVersion") {
+            None => "0.1.0".to_owned(),
+            Some(Value::String(v)) if Version::delegate_supported(v) => v.clone(),
+            Some(v) => return Err(Problem::retry(format!("has unsupported cniVersion {v}"))),
+        };
+        let name = obj
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        Ok(NetworkConfig {
+            path: path.to_owned(),
+            name,
+            cni_version,
+            plugins: vec![obj],
+            disable_check: false,
+            disable_gc: false,
+            raw,
+            loosely_writable: false,
+        })
+    }
+}
+
+/// `cniVersion`, or with 1.1's `cniVersions` the newest listed version the guard can run.
+fn list_version(obj: &Map<String, Value>) -> Result<String, Problem> {
+    if let Some(Value::Array(versions)) = obj.get("cniVersions") {
+        let best = versions
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|v| Version::delegate_supported(v))
+            .max_by_key(|v| Version::parse(v));
+        if let Some(v) = best {
+            return Ok(v.to_owned());
+        }
+    }
+    match obj.get("cniVersion") {
+        None => Ok("0.1.0".to_owned()),
+        Some(Value::String(v)) if Version::delegate_supported(v) => Ok(v.clone()),
+        Some(v) => Err(Problem::retry(format!("has unsupported cniVersion {v}"))),
+    }
+}
+
+fn check_type(plugin: &Map<String, Value>) -> Result<(), Problem> {
+    match plugin.get("type") {
+        Some(Value::String(t)) if t.is_empty() => Err(Problem::retry("names an empty plugin type")),
+        Some(Value::String(t)) if t.contains('/') || t == "." || t == ".." => Err(Problem::retry(
+            format!("names plugin type {t:?}, which is not a plain file name"),
+        )),
+        Some(Value::String(_)) => Ok(()),
+        _ => Err(Problem::retry("has a plugin without a \"type\"")),
+    }
+}
+
+fn bool_field(obj: &Map<String, Value>, key: &str) -> bool {
+    obj.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Whether any object anywhere in the configuration (Multus's inline `delegates` included) has
+/// the guard's type.
+fn mentions_type(v: &Value, own_type: &str) -> bool {
+    match v {
+        Value::Object(m) => {
+            m.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t == own_type || t == GUARD_TYPE)
+                || m.values().any(|c| mentions_type(c, own_type))
+        }
+        Value::Array(items) => items.iter().any(|c| mentions_type(c, own_type)),
+        _ => false,
+    }
+}
+
+/// Opens without blocking or following into devices, checks it is a regular file, reads it.
+fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Problem::retry(describe_open_error(path, &e)))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Problem::retry(format!("cannot be examined: {e}")))?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(Problem::retry(format!("is {kind}, not a regular file")));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(Problem::retry(format!(
+            "is larger than {} MiB",
+            MAX_CONFIG_BYTES >> 20
+        )));
+    }
+    let mut raw = Vec::with_capacity(meta.len() as usize + 1);
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| Problem::retry(format!("cannot be read: {e}")))?;
+    if raw.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(Problem::retry(format!(
+            "is larger than {} MiB",
+            MAX_CONFIG_BYTES >> 20
+        )));
+    }
+    Ok((raw, meta.mode()))
+}
+
+fn describe_open_error(path: &Path, e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                "is a dangling symlink".to_owned()
+            } else {
+                "does not exist".to_owned()
+            }
+        }
+        Some(libc::ELOOP) => "is a symlink loop".to_owned(),
+        Some(libc::EACCES) => "is not readable (permission denied)".to_owned(),
+        Some(libc::ENXIO) => "is a socket or device, not a regular file".to_owned(),
+        Some(libc::ENOTDIR) => "has a parent that is not a directory".to_owned(),
+        _ => format!("cannot be opened: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str, body: &str) -> Result<NetworkConfig, Problem> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        NetworkConfig::load(&p, "cni-guard")
+    }
+
+    #[test]
+    fn loads_conf_and_conflist() {
+        let c = load(
+            "00-multus.conf",
+            r#"{"cniVersion":"0.3.1","name":"multus","type":"multus-shim"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.name, "multus");
+        assert_eq!(c.types().collect::<Vec<_>>(), ["multus-shim"]);
+        let l = load(
+            "05-cilium.conflist",
+            r#"{"cniVersion":"1.0.0","name":"cilium","disableCheck":true,
+                "plugins":[{"type":"cilium-cni"},{"type":"portmap"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(l.types().collect::<Vec<_>>(), ["cilium-cni", "portmap"]);
+        assert!(l.disable_check);
+        assert_eq!(l.version(), Version::V1_0_0);
+    }
+
+    #[test]
+    fn picks_newest_of_cni_versions() {
+        let l = load(
+            "x.conflist",
+            r#"{"cniVersions":["0.4.0","1.1.0","9.0.0"],"name":"n","plugins":[{"type":"a"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(l.cni_version, "1.1.0");
+    }
+
+    #[test]
+    fn half_written_is_retryable() {
+        let p = load("00-multus.conf", r#"{"cniVersion":"0.3.1","name":"mul"#).unwrap_err();
+        assert!(!p.fatal);
+        assert!(p.reason.contains("not valid JSON"), "{}", p.reason);
+    }
+
+    #[test]
+    fn rejects_bad_shapes() {
+        for (name, body) in [
+            ("a.conf", r#"{"cniVersion":"1.0.0","name":"n"}"#),
+            (
+                "a.conf",
+                r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+            ),
+            (
+                "a.conflist",
+                r#"{"cniVersion":"1.0.0","name":"n","type":"x"}"#,
+            ),
+            (
+                "a.conflist",
+                r#"{"cniVersion":"1.0.0","name":"n","plugins":[]}"#,
+            ),
+            (
+                "a.conflist",
+                r#"{"cniVersion":"1.0.0","plugins":[{"type":"x"}]}"#,
+            ),
+            (
+                "a.conflist",
+                r#"{"cniVersion":"1.0.0","name":"n","plugins":[7]}"#,
+            ),
+            ("a.conf", r#"{"cniVersion":"1.0.0","type":"../bin/sh"}"#),
+            ("a.conf", r#"{"cniVersion":"5.0.0","type":"x"}"#),
+            ("a.conf", r#"[1,2]"#),
+        ] {
+            let p = load(name, body).unwrap_err();
+            assert!(!p.fatal, "{name} {body}");
+        }
+    }
+
+    #[test]
+    fn recursion_is_fatal() {
+        let p = load("a.conf", r#"{"cniVersion":"1.0.0","type":"cni-guard"}"#).unwrap_err();
+        assert!(p.fatal);
+        let p = load(
+            "00-multus.conf",
+            r#"{"cniVersion":"0.3.1","name":"m","type":"multus","delegates":[{"name":"g","plugins":[{"type":"cni-guard"}]}]}"#,
+        )
+        .unwrap_err();
+        assert!(p.fatal, "{}", p.reason);
+    }
+
+    #[test]
+    fn refuses_non_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = NetworkConfig::load(dir.path(), "cni-guard").unwrap_err();
+        assert!(p.reason.contains("directory"), "{}", p.reason);
+        let p = NetworkConfig::load(Path::new("/dev/zero"), "cni-guard").unwrap_err();
+        assert!(p.reason.contains("device"), "{}", p.reason);
+        let fifo = dir.path().join("fifo.conf");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: c is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let p = NetworkConfig::load(&fifo, "cni-guard").unwrap_err();
+        assert!(p.reason.contains("FIFO"), "{}", p.reason);
+        let missing = NetworkConfig::load(&dir.path().join("nope.conf"), "cni-guard").unwrap_err();
+        assert_eq!(missing.reason, "does not exist");
+        let link = dir.path().join("dangling.conf");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+        let p = NetworkConfig::load(&link, "cni-guard").unwrap_err();
+        assert_eq!(p.reason, "is a dangling symlink");
+        let a = dir.path().join("a.conf");
+        let b = dir.path().join("b.conf");
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        let p = NetworkConfig::load(&a, "cni-guard").unwrap_err();
+        assert_eq!(p.reason, "is a symlink loop");
+    }
+}

@@ -1,0 +1,301 @@
+//! Whether the delegate network is completely there: the checks behind ADD and STATUS, and the
+//! report behind `cni-guard check`.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::GuardConfig;
+use crate::error::{code, Error};
+use crate::invoke::find_plugin;
+use crate::netconf::NetworkConfig;
+
+/// One precondition of ADD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    Delegate,
+    Attachment,
+    /// The executable for a plugin type named by the delegate or an attachment.
+    Plugin(String),
+    /// Strict mode: the file must not be writable by group or others.
+    Permissions,
+}
+
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub what: Precondition,
+    /// The configuration file, or the plugin binary (where it was found, or its type).
+    pub path: PathBuf,
+    pub ok: bool,
+    /// Empty when ok.
+    pub reason: String,
+    /// A configuration error: waiting will not fix it (CNI code 7).
+    pub fatal: bool,
+}
+
+impl Item {
+    pub fn describe(&self) -> String {
+        let what = match &self.what {
+            Precondition::Delegate => "delegate".to_owned(),
+            Precondition::Attachment => "attachment".to_owned(),
+            Precondition::Plugin(t) => format!("plugin {t:?}"),
+            Precondition::Permissions => "permissions of".to_owned(),
+        };
+        if self.ok {
+            format!("{what} {}", self.path.display())
+        } else {
+            format!("{what} {} {}", self.path.display(), self.reason)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub items: Vec<Item>,
+    /// The delegate, when it loaded.
+    pub delegate: Option<NetworkConfig>,
+    /// Files that are writable by group or others (warned about unless strict).
+    pub warnings: Vec<PathBuf>,
+}
+
+impl Report {
+    pub fn ready(&self) -> bool {
+        self.items.iter().all(|i| i.ok)
+    }
+
+    pub fn failures(&self) -> impl Iterator<Item = &Item> {
+        self.items.iter().filter(|i| !i.ok)
+    }
+
+    /// The refusal: code 7 when any failure is a configuration error, `not_ready_code`
+    /// (11 for ADD, 50 for STATUS) otherwise. The message names the first failing path; the
+    /// details list every failure.
+    pub fn error(&self, not_ready_code: u32) -> Option<Error> {
+        let first = self
+            .failures()
+            .find(|i| i.fatal)
+            .or_else(|| self.failures().next())?;
+        let fatal = first.fatal;
+        let msg = if fatal {
+            format!("cni-guard is misconfigured: {}", first.describe())
+        } else {
+            format!("cni-guard: network not ready: {}", first.describe())
+        };
+        let details = self
+            .failures()
+            .map(Item::describe)
+            .collect::<Vec<_>>()
+            .join("; ");
+        Some(Error::new(
+            if fatal {
+                code::INVALID_CONFIG
+            } else {
+                not_ready_code
+            },
+            msg,
+            details,
+        ))
+    }
+
+    /// Directories whose changes could make a failing precondition pass.
+    pub fn watch_dirs(&self, cni_path: &[PathBuf]) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for item in self.failures() {
+            match item.what {
+                Precondition::Plugin(_) => dirs.extend(cni_path.iter().cloned()),
+                _ => dirs.extend(item.path.parent().map(Path::to_owned)),
+            }
+        }
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+}
+
+/// Checks every precondition of ADD. Never blocks and never writes.
+pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
+    let mut report = Report::default();
+    let delegate = check_config(&mut report, Precondition::Delegate, &cfg.delegate, cfg);
+    let attachments: Vec<NetworkConfig> = cfg
+        .attachments
+        .iter()
+        .filter_map(|p| check_config(&mut report, Precondition::Attachment, p, cfg))
+        .collect();
+    let mut types: Vec<&str> = delegate
+        .iter()
+        .chain(attachments.iter())
+        .flat_map(NetworkConfig::types)
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    for t in types {
+        let item = match find_plugin(t, cni_path) {
+            Ok(path) => Item {
+                what: Precondition::Plugin(t.to_owned()),
+                path,
+                ok: true,
+                reason: String::new(),
+                fatal: false,
+            },
+            Err(reason) => Item {
+                what: Precondition::Plugin(t.to_owned()),
+                path: PathBuf::from(t),
+                ok: false,
+                reason,
+                fatal: false,
+            },
+        };
+        report.items.push(item);
+    }
+    report.delegate = delegate;
+    report
+}
+
+fn check_config(
+    report: &mut Report,
+    what: Precondition,
+    path: &Path,
+    cfg: &GuardConfig,
+) -> Option<NetworkConfig> {
+    match NetworkConfig::load(path, &cfg.plugin_type) {
+        Ok(conf) => {
+            report.items.push(Item {
+                what,
+                path: path.to_owned(),
+                ok: true,
+                reason: String::new(),
+                fatal: false,
+            });
+            if conf.loosely_writable {
+                report.warnings.push(path.to_owned());
+                if cfg.strict_permissions {
+                    report.items.push(Item {
+                        what: Precondition::Permissions,
+                        path: path.to_owned(),
+                        ok: false,
+                        reason: "is writable by group or others (strictPermissions is set)".into(),
+                        fatal: true,
+                    });
+                }
+            }
+            Some(conf)
+        }
+        Err(problem) => {
+            report.items.push(Item {
+                what,
+                path: path.to_owned(),
+                ok: false,
+                reason: problem.reason,
+                fatal: problem.fatal,
+            });
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let f = Fixture {
+                dir: tempfile::tempdir().unwrap(),
+            };
+            std::fs::create_dir(f.bin()).unwrap();
+            f
+        }
+        fn bin(&self) -> PathBuf {
+            self.dir.path().join("bin")
+        }
+        fn plugin(&self, name: &str) {
+            let p = self.bin().join(name);
+            std::fs::write(&p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fn file(&self, name: &str, body: &str) -> PathBuf {
+            let p = self.dir.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+            p
+        }
+        fn config(&self, delegate: &Path, attachments: &[&Path]) -> GuardConfig {
+            let v = serde_json::json!({"cniVersion":"1.0.0","name":"g","type":"cni-guard",
+                "delegate": delegate, "attachments": attachments});
+            GuardConfig::parse(&serde_json::to_vec(&v).unwrap()).unwrap()
+        }
+    }
+
+    #[test]
+    fn ready_when_everything_is_there() {
+        let f = Fixture::new();
+        f.plugin("multus-shim");
+        f.plugin("cilium-cni");
+        let d = f.file(
+            "00-multus.conf",
+            r#"{"cniVersion":"0.3.1","name":"m","type":"multus-shim"}"#,
+        );
+        let a = f.file(
+            "05-cilium.conflist",
+            r#"{"cniVersion":"0.3.1","name":"c","plugins":[{"type":"cilium-cni"}]}"#,
+        );
+        let r = check(&f.config(&d, &[&a]), &[f.bin()]);
+        assert!(r.ready(), "{:?}", r.items);
+        assert_eq!(r.items.len(), 4);
+        assert!(r.error(11).is_none());
+        assert_eq!(r.delegate.unwrap().name, "m");
+    }
+
+    #[test]
+    fn names_every_missing_piece() {
+        let f = Fixture::new();
+        let d = f.dir.path().join("00-multus.conf");
+        let a = f.file(
+            "05-cilium.conflist",
+            r#"{"cniVersion":"0.3.1","name":"c","plugins":[{"type":"cilium-cni"}]}"#,
+        );
+        let r = check(&f.config(&d, &[&a]), &[f.bin()]);
+        let e = r.error(11).unwrap();
+        assert_eq!(e.code(), 11);
+        assert!(e.msg().contains(d.to_str().unwrap()), "{}", e.msg());
+        assert!(e.msg().contains("does not exist"));
+        let Error::Cni { details, .. } = e else {
+            panic!()
+        };
+        assert!(details.contains("cilium-cni"), "{details}");
+        assert_eq!(
+            r.watch_dirs(&[f.bin()]),
+            vec![f.dir.path().to_owned(), f.bin()]
+        );
+        assert_eq!(r.error(50).unwrap().code(), 50);
+    }
+
+    #[test]
+    fn recursion_is_code_7() {
+        let f = Fixture::new();
+        let d = f.file(
+            "00-multus.conf",
+            r#"{"cniVersion":"1.0.0","name":"m","type":"cni-guard"}"#,
+        );
+        let e = check(&f.config(&d, &[]), &[f.bin()]).error(11).unwrap();
+        assert_eq!(e.code(), 7);
+        assert!(e.msg().contains("misconfigured"), "{}", e.msg());
+    }
+
+    #[test]
+    fn strict_mode_refuses_writable_files() {
+        let f = Fixture::new();
+        f.plugin("x");
+        let d = f.file("d.conf", r#"{"cniVersion":"1.0.0","name":"m","type":"x"}"#);
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let mut cfg = f.config(&d, &[]);
+        let r = check(&cfg, &[f.bin()]);
+        assert!(r.ready());
+        assert_eq!(r.warnings, vec![d.clone()]);
+        cfg.strict_permissions = true;
+        assert_eq!(check(&cfg, &[f.bin()]).error(11).unwrap().code(), 7);
+    }
+}

@@ -1,0 +1,330 @@
+//! The CNI request: parameters from the environment and the configuration from stdin.
+//!
+//! Parsing has no side effects: the environment comes in as a getter and stdin as a reader, so
+//! tests never touch the process environment (as libcni's `pkg/skel` dispatcher is built).
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use crate::error::{code, Error, Result};
+
+/// Upper bound on stdin. A guard config with a GC attachment list for thousands of pods is well
+/// under a megabyte; anything this large is an error, not something to buffer.
+pub const MAX_STDIN: u64 = 16 << 20;
+/// Container IDs become file names in the record store.
+pub const MAX_CONTAINER_ID: usize = 200;
+/// Linux's IFNAMSIZ less the terminating NUL.
+pub const MAX_IFNAME: usize = 15;
+/// Bound on every other CNI_* value.
+pub const MAX_VALUE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Status,
+    Gc,
+    Version,
+}
+
+impl Command {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Status => "STATUS",
+            Command::Gc => "GC",
+            Command::Version => "VERSION",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "STATUS" => Command::Status,
+            "GC" => Command::Gc,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+
+    /// Required parameters per verb (spec 1.1 section 2, as `pkg/skel` enforces them).
+    fn required(self) -> &'static [&'static str] {
+        match self {
+            Command::Add | Command::Check => {
+                &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"]
+            }
+            Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"],
+            Command::Status | Command::Gc => &["CNI_PATH"],
+            Command::Version => &[],
+        }
+    }
+}
+
+/// A validated request. Optional parameters are empty strings when absent.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub command: Command,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+    pub cni_path: Vec<PathBuf>,
+    pub stdin: Vec<u8>,
+}
+
+/// Reads the command alone, so errors about the rest can still be reported.
+pub fn command(getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Command> {
+    let raw = getenv("CNI_COMMAND").unwrap_or_default();
+    let s = raw.to_string_lossy();
+    Command::parse(&s).ok_or_else(|| {
+        Error::new(
+            code::INVALID_ENV,
+            format!("unknown CNI_COMMAND {:?}", truncate(&s, 64)),
+            "expected one of ADD, DEL, CHECK, STATUS, GC, VERSION",
+        )
+    })
+}
+
+/// Reads and validates every parameter the verb needs, reporting all problems together.
+pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Request> {
+    let mut problems = Vec::new();
+    let mut get = |name: &str| -> String {
+        let required = command.required().contains(&name);
+        match getenv(name) {
+            None => {
+                if required {
+                    problems.push(format!("{name} is missing"));
+                }
+                String::new()
+            }
+            Some(v) => {
+                let bytes = v.as_bytes();
+                if let Some(why) = value_problem(bytes) {
+                    problems.push(format!("{name} {why}"));
+                    return String::new();
+                }
+                let s = String::from_utf8_lossy(bytes).into_owned();
+                if s.is_empty() && required {
+                    problems.push(format!("{name} is empty"));
+                }
+                s
+            }
+        }
+    };
+    let container_id = get("CNI_CONTAINERID");
+    let netns = get("CNI_NETNS");
+    let ifname = get("CNI_IFNAME");
+    let args = get("CNI_ARGS");
+    let path = get("CNI_PATH");
+    if !container_id.is_empty() {
+        if let Err(why) = validate_container_id(&container_id) {
+            problems.push(format!("CNI_CONTAINERID {why}"));
+        }
+    }
+    if !ifname.is_empty() {
+        if let Err(why) = validate_ifname(&ifname) {
+            problems.push(format!("CNI_IFNAME {why}"));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Error::new(
+            code::INVALID_ENV,
+            format!(
+                "invalid CNI parameters for {}: {}",
+                command.as_str(),
+                problems.join("; ")
+            ),
+            "",
+        ));
+    }
+    let cni_path = path
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    Ok(Request {
+        command,
+        container_id,
+        netns,
+        ifname,
+        args,
+        cni_path,
+        stdin: Vec::new(),
+    })
+}
+
+fn value_problem(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.len() > MAX_VALUE {
+        Some("is too long")
+    } else if bytes.iter().any(|b| b.is_ascii_control()) {
+        Some("contains control characters")
+    } else if std::str::from_utf8(bytes).is_err() {
+        Some("is not valid UTF-8")
+    } else {
+        None
+    }
+}
+
+/// The spec's rule: starts alphanumeric, then alphanumerics, `_`, `.` or `-`.
+pub fn validate_container_id(id: &str) -> std::result::Result<(), String> {
+    let mut bytes = id.bytes();
+    let ok_first = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
+    if !ok_first || !bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
+        return Err(format!(
+            "{:?} must start with a letter or digit and contain only letters, digits, '_', '.', '-'",
+            truncate(id, 64)
+        ));
+    }
+    if id.len() > MAX_CONTAINER_ID {
+        return Err(format!("is longer than {MAX_CONTAINER_ID} characters"));
+    }
+    Ok(())
+}
+
+/// The spec's interface-name rule (Linux's): 1 to 15 bytes, not `.` or `..`, no `/`, `:` or
+/// whitespace.
+pub fn validate_ifname(name: &str) -> std::result::Result<(), String> {
+    if name.len() > MAX_IFNAME {
+        return Err(format!(
+            "{:?} is longer than {MAX_IFNAME} bytes",
+            truncate(name, 64)
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is not a valid interface name"));
+    }
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err(format!("{name:?} contains '/', ':' or whitespace"));
+    }
+    Ok(())
+}
+
+/// Reads stdin up to [`MAX_STDIN`] bytes.
+pub fn read_stdin(mut input: impl Read) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let n = input
+        .by_ref()
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::new(code::IO_FAILURE, format!("cannot read stdin: {e}"), ""))?;
+    if n as u64 > MAX_STDIN {
+        return Err(Error::new(
+            code::DECODE_FAILURE,
+            format!(
+                "network configuration on stdin is larger than {} MiB",
+                MAX_STDIN >> 20
+            ),
+            "",
+        ));
+    }
+    Ok(buf)
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn parses_add() {
+        let e = env(&[
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "abc-1.2_3"),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin::/usr/lib/cni"),
+        ]);
+        let r = parse_env(command(&e).unwrap(), &e).unwrap();
+        assert_eq!(r.command, Command::Add);
+        assert_eq!(r.container_id, "abc-1.2_3");
+        assert_eq!(
+            r.cni_path,
+            vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
+        );
+    }
+
+    #[test]
+    fn reports_every_missing_variable() {
+        let e = env(&[("CNI_COMMAND", "ADD")]);
+        let err = parse_env(Command::Add, &e).unwrap_err();
+        assert_eq!(err.code(), 4);
+        for name in ["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"] {
+            assert!(err.msg().contains(name), "{name} in {}", err.msg());
+        }
+    }
+
+    #[test]
+    fn del_does_not_need_netns() {
+        let e = env(&[
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/b"),
+        ]);
+        assert!(parse_env(Command::Del, &e).is_ok());
+        assert!(parse_env(Command::Check, &e).is_err());
+    }
+
+    #[test]
+    fn unknown_and_lowercase_commands_are_code_4() {
+        for c in ["add", "", "FOO", "ADD "] {
+            let e = env(&[("CNI_COMMAND", c)]);
+            assert_eq!(command(&e).unwrap_err().code(), 4, "{c:?}");
+        }
+        assert_eq!(command(&env(&[])).unwrap_err().code(), 4);
+    }
+
+    #[test]
+    fn rejects_bad_ids_and_ifnames() {
+        for id in ["../x", "a/b", "-a", ".a", "a\nb", "a b", "a:b"] {
+            assert!(validate_container_id(id).is_err(), "{id:?}");
+        }
+        assert!(validate_container_id(&"a".repeat(201)).is_err());
+        for name in [".", "..", "a/b", "a:b", "a b", "0123456789abcdef", "eth\t0"] {
+            assert!(validate_ifname(name).is_err(), "{name:?}");
+        }
+        assert!(validate_ifname("net1").is_ok());
+        let e = env(&[
+            ("CNI_CONTAINERID", "x"),
+            ("CNI_IFNAME", "eth0\n"),
+            ("CNI_PATH", "/b"),
+        ]);
+        let err = parse_env(Command::Del, &e).unwrap_err();
+        assert!(
+            err.msg().contains("CNI_IFNAME contains control characters"),
+            "{}",
+            err.msg()
+        );
+    }
+
+    #[test]
+    fn bounds_stdin() {
+        let big = std::io::repeat(b' ').take(MAX_STDIN + 10);
+        assert_eq!(read_stdin(big).unwrap_err().code(), 6);
+        assert_eq!(read_stdin(&b"{}"[..]).unwrap(), b"{}");
+    }
+}

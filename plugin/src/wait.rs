@@ -1,0 +1,120 @@
+//! Waiting for a not-ready network to become ready, up to `waitSeconds`: woken by inotify when a
+//! file arrives (by creation or by rename, as atomic writers do) or changes, never by a polling
+//! timer, and never past the deadline.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::GuardConfig;
+use crate::readiness::{self, Report};
+use crate::sys::Inotify;
+
+/// Fallback step when inotify itself is unavailable (out of instances or watches).
+const FALLBACK_STEP: Duration = Duration::from_millis(50);
+
+/// Checks readiness, waiting up to `cfg.wait` for it. Returns the last report.
+pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
+    let report = readiness::check(cfg, cni_path);
+    if done(&report) || cfg.wait.is_zero() {
+        return report;
+    }
+    let deadline = Instant::now() + cfg.wait;
+    let mut report = report;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return report;
+        }
+        let watcher = watch(&report, cni_path);
+        // Check again after the watches are in place: a file that arrived between the last check
+        // and the watch would otherwise be missed until the deadline.
+        report = readiness::check(cfg, cni_path);
+        if done(&report) {
+            return report;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match &watcher {
+            Some(w) => {
+                if w.wait(left).is_err() {
+                    std::thread::sleep(left.min(FALLBACK_STEP));
+                }
+            }
+            None => std::thread::sleep(left.min(FALLBACK_STEP)),
+        }
+        report = readiness::check(cfg, cni_path);
+        if done(&report) {
+            return report;
+        }
+    }
+}
+
+fn done(report: &Report) -> bool {
+    report.ready() || report.failures().any(|f| f.fatal)
+}
+
+/// Watches the directories that matter, or the nearest ancestor that exists.
+fn watch(report: &Report, cni_path: &[PathBuf]) -> Option<Inotify> {
+    let inotify = Inotify::new().ok()?;
+    for dir in report.watch_dirs(cni_path) {
+        let mut cur: &Path = &dir;
+        loop {
+            if inotify.watch_dir(cur).is_ok() {
+                break;
+            }
+            match cur.parent() {
+                Some(p) => cur = p,
+                None => return None,
+            }
+        }
+    }
+    Some(inotify)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn setup(wait: f64) -> (tempfile::TempDir, GuardConfig, Vec<PathBuf>) {
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let p = bin.join("x");
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let v = serde_json::json!({"cniVersion":"1.0.0","name":"g","type":"cni-guard",
+            "delegate": d.path().join("net.d/00-d.conf"), "waitSeconds": wait});
+        let cfg = GuardConfig::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+        (d, cfg, vec![bin])
+    }
+
+    #[test]
+    fn gives_up_at_the_deadline() {
+        let (_d, cfg, path) = setup(0.2);
+        let start = Instant::now();
+        let r = until_ready(&cfg, &path);
+        assert!(!r.ready());
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+    }
+
+    #[test]
+    fn wakes_when_the_file_is_renamed_into_a_directory_created_later() {
+        let (d, cfg, path) = setup(30.0);
+        let root = d.path().to_owned();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            std::fs::create_dir(root.join("net.d")).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::write(
+                root.join("net.d/.tmp"),
+                r#"{"cniVersion":"1.0.0","name":"d","type":"x"}"#,
+            )
+            .unwrap();
+            std::fs::rename(root.join("net.d/.tmp"), root.join("net.d/00-d.conf")).unwrap();
+        });
+        let r = until_ready(&cfg, &path);
+        writer.join().unwrap();
+        assert!(r.ready(), "{:?}", r.items);
+    }
+}

@@ -1,0 +1,906 @@
+//! The built `cni-guard` binary driven from outside, as a runtime drives it, with fake delegate
+//! plugins (`testdata/plugins/fake-plugin`) that record what they receive and answer what they
+//! are told. One module per verb.
+
+mod harness {
+    use serde_json::{json, Value};
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+
+    pub struct Fx {
+        pub dir: tempfile::TempDir,
+    }
+
+    pub struct Run {
+        pub status: i32,
+        pub stdout: String,
+        pub stderr: String,
+    }
+
+    impl Run {
+        pub fn json(&self) -> Value {
+            serde_json::from_str(&self.stdout)
+                .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}): {:?}", self.stdout))
+        }
+        /// Asserts the spec's error reply and returns it.
+        pub fn error(&self, code: u64) -> Value {
+            assert_ne!(self.status, 0, "expected failure, stdout {}", self.stdout);
+            let v = self.json();
+            assert_eq!(v["code"], code, "reply {v}");
+            assert!(v["msg"].is_string(), "reply {v}");
+            assert!(v["cniVersion"].is_string(), "reply {v}");
+            assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+            v
+        }
+        pub fn ok(&self) -> &Self {
+            assert_eq!(
+                self.status, 0,
+                "stdout {} stderr {}",
+                self.stdout, self.stderr
+            );
+            self
+        }
+    }
+
+    impl Fx {
+        pub fn new() -> Fx {
+            let fx = Fx {
+                dir: tempfile::tempdir().unwrap(),
+            };
+            for d in ["bin", "net.d", "fake"] {
+                std::fs::create_dir(fx.dir.path().join(d)).unwrap();
+            }
+            fx
+        }
+        pub fn path(&self, p: &str) -> PathBuf {
+            self.dir.path().join(p)
+        }
+        pub fn cache(&self) -> PathBuf {
+            self.path("cache")
+        }
+        /// Installs the fake plugin under a type name.
+        pub fn plugin(&self, ty: &str) {
+            let fake =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/plugins/fake-plugin");
+            std::os::unix::fs::symlink(fake, self.path("bin").join(ty)).unwrap();
+        }
+        /// Tells a fake plugin what to answer to a verb.
+        pub fn answer(&self, ty: &str, cmd: &str, out: &str, rc: i32) {
+            std::fs::write(self.path(&format!("fake/{ty}.{cmd}.out")), out).unwrap();
+            std::fs::write(self.path(&format!("fake/{ty}.{cmd}.rc")), rc.to_string()).unwrap();
+        }
+        pub fn file(&self, name: &str, body: &Value) -> PathBuf {
+            let p = self.path(name);
+            std::fs::write(&p, serde_json::to_vec(body).unwrap()).unwrap();
+            p
+        }
+        pub fn delegate_path(&self) -> PathBuf {
+            self.path("net.d/00-multus.conf")
+        }
+        /// A single-plugin delegate `00-multus.conf` of the given type and version.
+        pub fn delegate(&self, ty: &str, version: &str) -> PathBuf {
+            self.file(
+                "net.d/00-multus.conf",
+                &json!({"cniVersion":version,"name":"multus-net","type":ty}),
+            )
+        }
+        /// The guard's configuration as the runtime passes it on stdin.
+        pub fn guard(&self, version: &str, extra: Value) -> Value {
+            let mut v = json!({"cniVersion":version,"name":"guarded","type":"cni-guard",
+                "delegate": self.delegate_path(), "cacheDir": self.cache()});
+            for (k, val) in extra.as_object().unwrap() {
+                v[k] = val.clone();
+            }
+            v
+        }
+        pub fn run(&self, cmd: &str, conf: &Value) -> Run {
+            self.run_env(cmd, conf, &[])
+        }
+        pub fn run_env(&self, cmd: &str, conf: &Value, env: &[(&str, Option<&str>)]) -> Run {
+            self.run_raw(cmd, &serde_json::to_vec(conf).unwrap(), env)
+        }
+        pub fn run_raw(&self, cmd: &str, stdin: &[u8], env: &[(&str, Option<&str>)]) -> Run {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_cni-guard"));
+            c.env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("FAKE_DIR", self.path("fake"))
+                .env("CNI_GUARD_SYSLOG", self.path("no-syslog"))
+                .env("CNI_COMMAND", cmd)
+                .env("CNI_CONTAINERID", "ctr1")
+                .env("CNI_NETNS", "/run/netns/test")
+                .env("CNI_IFNAME", "eth0")
+                .env("CNI_PATH", self.path("bin"));
+            for (k, v) in env {
+                match v {
+                    Some(v) => c.env(k, v),
+                    None => c.env_remove(k),
+                };
+            }
+            let mut child = c
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut input = child.stdin.take().unwrap();
+            let data = stdin.to_vec();
+            let writer = std::thread::spawn(move || {
+                let _ = input.write_all(&data);
+            });
+            let out = child.wait_with_output().unwrap();
+            writer.join().unwrap();
+            Run {
+                status: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        }
+        /// The fake plugins' calls, in order: "type VERB".
+        pub fn calls(&self) -> Vec<String> {
+            std::fs::read_to_string(self.path("fake/calls"))
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        }
+        /// The configuration a fake plugin last received for a verb.
+        pub fn received(&self, ty: &str, cmd: &str) -> Value {
+            let s = std::fs::read_to_string(self.path(&format!("fake/{ty}.{cmd}.stdin"))).unwrap();
+            serde_json::from_str(&s).unwrap()
+        }
+        pub fn received_env(&self, ty: &str, cmd: &str) -> String {
+            std::fs::read_to_string(self.path(&format!("fake/{ty}.{cmd}.env"))).unwrap()
+        }
+        /// Every file under the cache dir (records and anything else).
+        pub fn cache_files(&self) -> Vec<PathBuf> {
+            fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+                if let Ok(rd) = std::fs::read_dir(p) {
+                    for e in rd.flatten() {
+                        if e.file_type().unwrap().is_dir() {
+                            walk(&e.path(), out);
+                        } else {
+                            out.push(e.path());
+                        }
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            walk(&self.cache(), &mut out);
+            out
+        }
+    }
+
+    /// A result in the shape of `version` (0.x results carry `ips[].version`).
+    pub fn result(version: &str, addr: &str) -> String {
+        let mut ip = json!({"address":addr,"gateway":"10.1.0.1","interface":0});
+        if version.starts_with("0.") {
+            ip["version"] = json!("4");
+        }
+        json!({"cniVersion":version,"interfaces":[{"name":"eth0","sandbox":"/run/netns/test"}],
+               "ips":[ip],"routes":[{"dst":"0.0.0.0/0"}],"dns":{"nameservers":["10.1.0.1"]}})
+        .to_string()
+    }
+
+    pub const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+}
+
+mod add {
+    use super::harness::*;
+    use serde_json::{json, Value};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn refuses_while_the_delegate_is_missing() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        let r = fx.run("ADD", &fx.guard("1.0.0", json!({})));
+        let e = r.error(11);
+        assert!(
+            e["msg"]
+                .as_str()
+                .unwrap()
+                .contains(fx.delegate_path().to_str().unwrap()),
+            "{e}"
+        );
+        assert!(e["msg"].as_str().unwrap().contains("does not exist"), "{e}");
+        assert_eq!(e["cniVersion"], "1.0.0");
+        assert!(fx.calls().is_empty());
+        assert!(fx.cache_files().is_empty());
+    }
+
+    #[test]
+    fn refuses_a_half_written_delegate() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        std::fs::write(
+            fx.delegate_path(),
+            r#"{"cniVersion":"1.0.0","name":"multus-net","ty"#,
+        )
+        .unwrap();
+        let e = fx.run("ADD", &fx.guard("1.0.0", json!({}))).error(11);
+        assert!(e["msg"].as_str().unwrap().contains("not valid JSON"), "{e}");
+        assert!(fx.calls().is_empty());
+    }
+
+    #[test]
+    fn refuses_a_missing_attachment_and_a_missing_plugin_binary() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        let att = fx.path("net.d/05-cilium.conflist");
+        let conf = fx.guard("1.0.0", json!({"attachments":[att]}));
+        let e = fx.run("ADD", &conf).error(11);
+        assert!(
+            e["msg"].as_str().unwrap().contains(att.to_str().unwrap()),
+            "{e}"
+        );
+
+        fx.file(
+            "net.d/05-cilium.conflist",
+            &json!({"cniVersion":"1.0.0","name":"cilium","plugins":[{"type":"cilium-cni"}]}),
+        );
+        let e = fx.run("ADD", &conf).error(11);
+        assert!(e["msg"].as_str().unwrap().contains("\"cilium-cni\""), "{e}");
+        assert!(
+            e["msg"].as_str().unwrap().contains("not in CNI_PATH"),
+            "{e}"
+        );
+        assert!(fx.calls().is_empty());
+        assert!(fx.cache_files().is_empty());
+    }
+
+    #[test]
+    fn refuses_recursion_with_code_7() {
+        let fx = Fx::new();
+        fx.plugin("cni-guard");
+        fx.delegate("cni-guard", "1.0.0");
+        let e = fx.run("ADD", &fx.guard("1.0.0", json!({}))).error(7);
+        assert!(e["msg"].as_str().unwrap().contains("itself"), "{e}");
+        // Through a conflist, and with a wait configured: no waiting on a configuration error.
+        let list = fx.file(
+            "net.d/00-list.conflist",
+            &json!({"cniVersion":"1.0.0","name":"l","plugins":[{"type":"bridge"},{"type":"cni-guard"}]}),
+        );
+        let start = Instant::now();
+        fx.run(
+            "ADD",
+            &fx.guard("1.0.0", json!({"delegate": list, "waitSeconds": 30})),
+        )
+        .error(7);
+        assert!(start.elapsed() < Duration::from_secs(30));
+        assert!(fx.calls().is_empty());
+    }
+
+    #[test]
+    fn execs_a_same_version_delegate_and_returns_its_exact_result() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        // Deliberately unusual formatting: the reply must be the delegate's bytes, unparsed.
+        let out = "{ \"cniVersion\": \"1.0.0\",  \"ips\": [{\"address\": \"10.1.0.5/24\"}], \"x-extra\": 1 }\n";
+        fx.answer("multus-shim", "ADD", out, 0);
+        let r = fx.run_env(
+            "ADD",
+            &fx.guard("1.0.0", json!({})),
+            &[("CNI_ARGS", Some("K8S_POD_NAME=p;IgnoreUnknown=1"))],
+        );
+        r.ok();
+        assert_eq!(r.stdout, out);
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+        let got = fx.received("multus-shim", "ADD");
+        assert_eq!(
+            got["name"], "multus-net",
+            "the delegate runs under its own name"
+        );
+        assert_eq!(got["cniVersion"], "1.0.0");
+        let env = fx.received_env("multus-shim", "ADD");
+        for want in [
+            "CNI_ARGS=K8S_POD_NAME=p;IgnoreUnknown=1",
+            "CNI_CONTAINERID=ctr1",
+            "CNI_IFNAME=eth0",
+            "CNI_NETNS=/run/netns/test",
+            "CNI_COMMAND=ADD",
+        ] {
+            assert!(env.contains(want), "{want} in {env}");
+        }
+        assert!(r.stderr.contains("decision=exec"), "{}", r.stderr);
+        let files = fx.cache_files();
+        assert_eq!(files.len(), 1);
+        assert!(files[0].ends_with("guarded/ctr1:eth0.json"));
+    }
+
+    #[test]
+    fn passes_a_delegate_error_through_unchanged() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "0.4.0");
+        let err = r#"{"cniVersion":"0.4.0","code":117,"msg":"multus: cannot reach daemon","details":"dial unix"}"#;
+        fx.answer("multus-shim", "ADD", err, 1);
+        // Different versions: the child path, which reads the error and passes it on as-is.
+        let r = fx.run("ADD", &fx.guard("1.0.0", json!({})));
+        r.error(117);
+        assert_eq!(r.stdout, err);
+        // Same version: the exec path.
+        let fx2 = Fx::new();
+        fx2.plugin("multus-shim");
+        fx2.delegate("multus-shim", "0.4.0");
+        fx2.answer("multus-shim", "ADD", err, 1);
+        let r = fx2.run("ADD", &fx2.guard("0.4.0", json!({})));
+        assert_eq!(r.stdout, err);
+        assert_eq!(r.status, 1);
+    }
+
+    #[test]
+    fn converts_between_every_pair_of_versions() {
+        for guard_v in VERSIONS {
+            for delegate_v in VERSIONS {
+                let fx = Fx::new();
+                fx.plugin("bridge");
+                fx.delegate("bridge", delegate_v);
+                fx.answer("bridge", "ADD", &result(delegate_v, "10.1.0.7/24"), 0);
+                let r = fx.run("ADD", &fx.guard(guard_v, json!({})));
+                r.ok();
+                let v = r.json();
+                assert_eq!(v["cniVersion"], guard_v, "{guard_v} <- {delegate_v}: {v}");
+                assert_eq!(v["ips"][0]["address"], "10.1.0.7/24");
+                assert_eq!(v["interfaces"][0]["name"], "eth0");
+                let has_version = v["ips"][0].get("version").is_some();
+                assert_eq!(
+                    has_version,
+                    guard_v.starts_with("0."),
+                    "{guard_v} <- {delegate_v}: {v}"
+                );
+                assert_eq!(fx.received("bridge", "ADD")["cniVersion"], delegate_v);
+            }
+        }
+    }
+
+    #[test]
+    fn converts_a_020_delegate_result() {
+        let fx = Fx::new();
+        fx.plugin("old");
+        fx.delegate("old", "0.2.0");
+        fx.answer(
+            "old",
+            "ADD",
+            r#"{"cniVersion":"0.2.0","ip4":{"ip":"10.2.0.3/16","gateway":"10.2.0.1"}}"#,
+            0,
+        );
+        let v = fx.run("ADD", &fx.guard("1.0.0", json!({}))).ok().json();
+        assert_eq!(
+            v["ips"],
+            json!([{"address":"10.2.0.3/16","gateway":"10.2.0.1"}])
+        );
+    }
+
+    #[test]
+    fn runs_a_conflist_threading_prev_result() {
+        let fx = Fx::new();
+        for t in ["bridge", "tuning", "portmap"] {
+            fx.plugin(t);
+        }
+        let list = fx.file(
+            "net.d/10-chain.conflist",
+            &json!({"cniVersion":"1.0.0","name":"chain","plugins":[
+                {"type":"bridge"},{"type":"tuning"},
+                {"type":"portmap","capabilities":{"portMappings":true}}]}),
+        );
+        fx.answer("bridge", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        fx.answer("tuning", "ADD", &result("1.0.0", "10.1.0.3/24"), 0);
+        fx.answer("portmap", "ADD", &result("1.0.0", "10.1.0.4/24"), 0);
+        let conf = fx.guard(
+            "1.0.0",
+            json!({"delegate": list, "runtimeConfig": {"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}],
+                   "bandwidth":{"ingressRate":1}}}),
+        );
+        let v = fx.run("ADD", &conf).ok().json();
+        assert_eq!(fx.calls(), ["bridge ADD", "tuning ADD", "portmap ADD"]);
+        assert!(fx.received("bridge", "ADD").get("prevResult").is_none());
+        assert_eq!(
+            fx.received("tuning", "ADD")["prevResult"]["ips"][0]["address"],
+            "10.1.0.2/24"
+        );
+        assert_eq!(
+            fx.received("portmap", "ADD")["prevResult"]["ips"][0]["address"],
+            "10.1.0.3/24"
+        );
+        assert_eq!(v["ips"][0]["address"], "10.1.0.4/24");
+        // runtimeConfig only for declared capabilities, only the declared keys.
+        assert!(fx.received("bridge", "ADD").get("runtimeConfig").is_none());
+        assert_eq!(
+            fx.received("portmap", "ADD")["runtimeConfig"],
+            json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]})
+        );
+        for t in ["bridge", "tuning", "portmap"] {
+            assert_eq!(fx.received(t, "ADD")["name"], "chain");
+        }
+    }
+
+    #[test]
+    fn rolls_back_a_failed_conflist_in_reverse() {
+        let fx = Fx::new();
+        for t in ["bridge", "tuning", "portmap"] {
+            fx.plugin(t);
+        }
+        let list = fx.file(
+            "net.d/10-chain.conflist",
+            &json!({"cniVersion":"1.0.0","name":"chain","plugins":[{"type":"bridge"},{"type":"tuning"},{"type":"portmap"}]}),
+        );
+        fx.answer("bridge", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let err = r#"{"cniVersion":"1.0.0","code":104,"msg":"tuning: sysctl refused"}"#;
+        fx.answer("tuning", "ADD", err, 1);
+        let r = fx.run("ADD", &fx.guard("1.0.0", json!({"delegate": list})));
+        r.error(104);
+        assert_eq!(r.stdout, err);
+        assert_eq!(
+            fx.calls(),
+            ["bridge ADD", "tuning ADD", "tuning DEL", "bridge DEL"]
+        );
+        assert!(
+            fx.cache_files().is_empty(),
+            "record removed after a clean rollback"
+        );
+    }
+
+    #[test]
+    fn treats_an_error_printed_with_status_0_as_an_error() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "0.4.0");
+        fx.answer(
+            "bridge",
+            "ADD",
+            r#"{"cniVersion":"0.4.0","code":11,"msg":"later"}"#,
+            0,
+        );
+        fx.run("ADD", &fx.guard("1.0.0", json!({}))).error(11);
+        assert_eq!(fx.calls(), ["bridge ADD", "bridge DEL"]);
+    }
+
+    #[test]
+    fn crashing_or_garbage_delegates_give_code_999() {
+        for (out, rc, signal) in [("not json", 0, None), ("", 2, None), ("", 0, Some("KILL"))] {
+            let fx = Fx::new();
+            fx.plugin("bridge");
+            fx.delegate("bridge", "0.4.0");
+            fx.answer("bridge", "ADD", out, rc);
+            if let Some(s) = signal {
+                std::fs::write(fx.path("fake/bridge.ADD.signal"), s).unwrap();
+            }
+            fx.run("ADD", &fx.guard("1.0.0", json!({}))).error(999);
+        }
+    }
+
+    #[test]
+    fn waits_for_the_delegate_to_be_renamed_into_place() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.9/24"), 0);
+        let tmp = fx.path("net.d/.00-multus.conf.new");
+        let dst = fx.delegate_path();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(
+                &tmp,
+                r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim"}"#,
+            )
+            .unwrap();
+            std::fs::rename(&tmp, &dst).unwrap();
+        });
+        let r = fx.run("ADD", &fx.guard("1.0.0", json!({"waitSeconds": 20})));
+        writer.join().unwrap();
+        r.ok();
+        assert_eq!(r.json()["ips"][0]["address"], "10.1.0.9/24");
+    }
+
+    #[test]
+    fn waits_no_less_than_asked_then_refuses() {
+        let fx = Fx::new();
+        let start = Instant::now();
+        fx.run("ADD", &fx.guard("1.0.0", json!({"waitSeconds": 0.4})))
+            .error(11);
+        assert!(start.elapsed() >= Duration::from_millis(400));
+    }
+
+    #[test]
+    fn guard_args_reach_the_delegate() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.file(
+            "net.d/00-multus.conf",
+            &json!({"cniVersion":"1.0.0","name":"n","type":"bridge","args":{"own":1}}),
+        );
+        fx.answer("bridge", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        fx.run(
+            "ADD",
+            &fx.guard("1.0.0", json!({"args":{"cni":{"ips":["10.1.0.2"]}}})),
+        )
+        .ok();
+        let got: Value = fx.received("bridge", "ADD");
+        assert_eq!(got["args"], json!({"own":1,"cni":{"ips":["10.1.0.2"]}}));
+    }
+}
+
+mod del {
+    use super::harness::*;
+    use serde_json::json;
+
+    #[test]
+    fn tears_down_with_the_recorded_delegate_after_it_is_gone() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.plugin("other");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({}));
+        fx.run("ADD", &conf).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        let mut del = conf.clone();
+        del["prevResult"] = serde_json::from_str(&result("1.0.0", "10.1.0.2/24")).unwrap();
+        fx.run("DEL", &del).ok();
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+        assert_eq!(
+            fx.received("multus-shim", "DEL")["prevResult"]["ips"][0]["address"],
+            "10.1.0.2/24"
+        );
+        assert!(fx.cache_files().is_empty());
+        // Idempotent: again, nothing to do, success.
+        fx.run("DEL", &del).ok();
+        assert_eq!(fx.calls().len(), 2);
+    }
+
+    #[test]
+    fn uses_the_record_even_when_the_delegate_changed() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.plugin("cilium-cni");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({}));
+        fx.run("ADD", &conf).ok();
+        fx.delegate("cilium-cni", "1.0.0");
+        fx.run("DEL", &conf).ok();
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+    }
+
+    #[test]
+    fn without_record_or_delegate_there_is_nothing_to_do() {
+        let fx = Fx::new();
+        let r = fx.run_env("DEL", &fx.guard("1.0.0", json!({})), &[("CNI_NETNS", None)]);
+        r.ok();
+        assert_eq!(r.stdout, "");
+        assert!(fx.calls().is_empty());
+        assert!(!fx.cache().exists(), "DEL creates no cache dir");
+    }
+
+    #[test]
+    fn without_record_the_current_delegate_is_used() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.0.0");
+        fx.run("DEL", &fx.guard("1.0.0", json!({}))).ok();
+        assert_eq!(fx.calls(), ["bridge DEL"]);
+    }
+
+    #[test]
+    fn a_failed_del_keeps_the_record_and_reports_the_error() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.0.0");
+        fx.answer("bridge", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({}));
+        fx.run("ADD", &conf).ok();
+        fx.answer(
+            "bridge",
+            "DEL",
+            r#"{"cniVersion":"1.0.0","code":5,"msg":"ipam store busy"}"#,
+            1,
+        );
+        fx.run("DEL", &conf).error(5);
+        assert_eq!(fx.cache_files().len(), 1);
+        fx.answer("bridge", "DEL", "", 0);
+        fx.run("DEL", &conf).ok();
+        assert!(fx.cache_files().is_empty());
+    }
+
+    #[test]
+    fn conflist_del_runs_in_reverse_with_converted_prev_result() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.plugin("portmap");
+        let list = fx.file(
+            "net.d/05-cilium.conflist",
+            &json!({"cniVersion":"0.4.0","name":"c","plugins":[{"type":"bridge"},{"type":"portmap"}]}),
+        );
+        let mut conf = fx.guard("1.0.0", json!({"delegate": list}));
+        conf["prevResult"] = serde_json::from_str(&result("1.0.0", "10.1.0.2/24")).unwrap();
+        fx.run("DEL", &conf).ok();
+        assert_eq!(fx.calls(), ["portmap DEL", "bridge DEL"]);
+        let prev = &fx.received("bridge", "DEL")["prevResult"];
+        assert_eq!(prev["cniVersion"], "0.4.0");
+        assert_eq!(prev["ips"][0]["version"], "4");
+    }
+
+    #[test]
+    fn a_0_3_1_delegate_gets_no_prev_result_on_del() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "0.3.1");
+        let mut conf = fx.guard("1.0.0", json!({}));
+        conf["prevResult"] = serde_json::from_str(&result("1.0.0", "10.1.0.2/24")).unwrap();
+        fx.run("DEL", &conf).ok();
+        assert!(fx.received("bridge", "DEL").get("prevResult").is_none());
+    }
+}
+
+mod check {
+    use super::harness::*;
+    use serde_json::json;
+
+    fn with_prev(fx: &Fx, version: &str) -> serde_json::Value {
+        let mut conf = fx.guard(version, json!({}));
+        conf["prevResult"] = serde_json::from_str(&result(version, "10.1.0.2/24")).unwrap();
+        conf
+    }
+
+    #[test]
+    fn runs_the_delegate_check_with_prev_result() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "0.4.0");
+        fx.run("CHECK", &with_prev(&fx, "1.0.0")).ok();
+        assert_eq!(fx.calls(), ["bridge CHECK"]);
+        let got = fx.received("bridge", "CHECK");
+        assert_eq!(got["prevResult"]["cniVersion"], "0.4.0");
+        assert_eq!(got["prevResult"]["ips"][0]["address"], "10.1.0.2/24");
+        fx.answer(
+            "bridge",
+            "CHECK",
+            r#"{"cniVersion":"0.4.0","code":110,"msg":"veth gone"}"#,
+            1,
+        );
+        fx.run("CHECK", &with_prev(&fx, "1.0.0")).error(110);
+    }
+
+    #[test]
+    fn missing_delegate_is_an_error() {
+        let fx = Fx::new();
+        let e = fx.run("CHECK", &with_prev(&fx, "1.0.0")).error(11);
+        assert!(e["msg"]
+            .as_str()
+            .unwrap()
+            .contains(fx.delegate_path().to_str().unwrap()));
+    }
+
+    #[test]
+    fn skipped_for_old_delegates_and_disable_check() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "0.3.1");
+        fx.run("CHECK", &with_prev(&fx, "1.0.0")).ok();
+        let list = fx.file(
+            "net.d/x.conflist",
+            &json!({"cniVersion":"1.0.0","name":"c","disableCheck":true,"plugins":[{"type":"bridge"}]}),
+        );
+        let mut conf = with_prev(&fx, "1.0.0");
+        conf["delegate"] = json!(list);
+        fx.run("CHECK", &conf).ok();
+        assert!(fx.calls().is_empty());
+    }
+
+    #[test]
+    fn a_guard_before_0_4_0_has_no_check() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "0.3.1");
+        fx.run("CHECK", &with_prev(&fx, "0.3.1")).error(1);
+    }
+}
+
+mod status_and_gc {
+    use super::harness::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_is_50_while_not_ready_and_forwards_when_ready() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        let conf = fx.guard("1.1.0", json!({"waitSeconds": 30}));
+        let e = fx
+            .run_env(
+                "STATUS",
+                &conf,
+                &[
+                    ("CNI_CONTAINERID", None),
+                    ("CNI_IFNAME", None),
+                    ("CNI_NETNS", None),
+                ],
+            )
+            .error(50);
+        assert!(e["msg"]
+            .as_str()
+            .unwrap()
+            .contains(fx.delegate_path().to_str().unwrap()));
+        fx.delegate("bridge", "1.0.0");
+        fx.run("STATUS", &conf).ok();
+        assert!(fx.calls().is_empty(), "a 1.0.0 delegate has no STATUS");
+        fx.delegate("bridge", "1.1.0");
+        fx.run("STATUS", &conf).ok();
+        assert_eq!(fx.calls(), ["bridge STATUS"]);
+        fx.answer(
+            "bridge",
+            "STATUS",
+            r#"{"cniVersion":"1.1.0","code":50,"msg":"no daemon"}"#,
+            1,
+        );
+        fx.run("STATUS", &conf).error(50);
+    }
+
+    #[test]
+    fn status_needs_1_1_0() {
+        let fx = Fx::new();
+        fx.run("STATUS", &fx.guard("1.0.0", json!({}))).error(1);
+        fx.run("GC", &fx.guard("1.0.0", json!({}))).error(1);
+    }
+
+    #[test]
+    fn gc_forwards_and_removes_stale_records() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.1.0");
+        fx.answer("bridge", "ADD", &result("1.1.0", "10.1.0.2/24"), 0);
+        for id in ["keep1", "gone2"] {
+            fx.run_env(
+                "ADD",
+                &fx.guard("1.1.0", json!({})),
+                &[("CNI_CONTAINERID", Some(id))],
+            )
+            .ok();
+        }
+        std::fs::write(
+            fx.cache().join("guarded/.gone2:eth0.json.2147483646.tmp"),
+            "{",
+        )
+        .unwrap();
+        let valid = json!([{"containerID":"keep1","ifname":"eth0"}]);
+        let conf = fx.guard("1.1.0", json!({"cni.dev/valid-attachments": valid}));
+        fx.run_env(
+            "GC",
+            &conf,
+            &[
+                ("CNI_CONTAINERID", None),
+                ("CNI_IFNAME", None),
+                ("CNI_NETNS", None),
+            ],
+        )
+        .ok();
+        assert_eq!(
+            fx.received("bridge", "GC")["cni.dev/valid-attachments"],
+            valid
+        );
+        let files: Vec<String> = fx
+            .cache_files()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(files, ["keep1:eth0.json"]);
+    }
+
+    #[test]
+    fn gc_with_the_spec_key_and_no_delegate() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.0.0");
+        fx.answer("bridge", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        fx.run("ADD", &fx.guard("1.1.0", json!({}))).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        fx.run("GC", &fx.guard("1.1.0", json!({"cni.dev/attachments": []})))
+            .ok();
+        assert!(fx.cache_files().is_empty());
+    }
+}
+
+mod version {
+    use super::harness::*;
+    use serde_json::json;
+
+    #[test]
+    fn reports_every_supported_version() {
+        let fx = Fx::new();
+        for v in VERSIONS {
+            let r = fx.run_env(
+                "VERSION",
+                &json!({"cniVersion": v}),
+                &[("CNI_PATH", None), ("CNI_CONTAINERID", None)],
+            );
+            let reply = r.ok().json();
+            assert_eq!(reply["cniVersion"], v);
+            assert_eq!(reply["supportedVersions"], json!(VERSIONS));
+        }
+    }
+}
+
+mod bad_input {
+    use super::harness::*;
+    use serde_json::json;
+
+    #[test]
+    fn missing_parameters_are_code_4_and_all_named() {
+        let fx = Fx::new();
+        let r = fx.run_env(
+            "ADD",
+            &fx.guard("1.0.0", json!({})),
+            &[
+                ("CNI_CONTAINERID", None),
+                ("CNI_NETNS", None),
+                ("CNI_IFNAME", Some("")),
+                ("CNI_PATH", None),
+            ],
+        );
+        let e = r.error(4);
+        for name in ["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"] {
+            assert!(e["msg"].as_str().unwrap().contains(name), "{name}: {e}");
+        }
+        assert_eq!(e["cniVersion"], "1.0.0");
+    }
+
+    #[test]
+    fn unknown_commands_are_code_4() {
+        let fx = Fx::new();
+        for c in ["add", "FROB", ""] {
+            fx.run(c, &fx.guard("1.0.0", json!({}))).error(4);
+        }
+    }
+
+    #[test]
+    fn undecodable_stdin_is_code_6_and_bad_config_code_7() {
+        let fx = Fx::new();
+        fx.run_raw("ADD", b"{not json", &[]).error(6);
+        fx.run_raw("ADD", b"", &[]).error(6);
+        fx.run_raw("ADD", b"\xff\xfe", &[]).error(6);
+        fx.run(
+            "ADD",
+            &json!({"cniVersion":"1.0.0","name":"g","type":"cni-guard"}),
+        )
+        .error(7);
+        fx.run(
+            "ADD",
+            &fx.guard("1.0.0", json!({"delegate":"relative.conf"})),
+        )
+        .error(7);
+        fx.run("ADD", &fx.guard("4.2.0", json!({}))).error(1);
+    }
+
+    #[test]
+    fn unsafe_ids_never_reach_a_path() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.0.0");
+        for (k, v) in [
+            ("CNI_CONTAINERID", "../../etc"),
+            ("CNI_CONTAINERID", "a/b"),
+            ("CNI_IFNAME", "../x"),
+            ("CNI_IFNAME", "0123456789abcdefg"),
+        ] {
+            for cmd in ["ADD", "DEL"] {
+                fx.run_env(cmd, &fx.guard("1.0.0", json!({})), &[(k, Some(v))])
+                    .error(4);
+            }
+        }
+        assert!(fx.calls().is_empty());
+        assert!(fx.cache_files().is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_cache_dir_is_refused() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.0.0");
+        std::fs::create_dir(fx.path("real")).unwrap();
+        std::os::unix::fs::symlink(fx.path("real"), fx.cache()).unwrap();
+        let e = fx.run("ADD", &fx.guard("1.0.0", json!({}))).error(7);
+        assert!(e["msg"].as_str().unwrap().contains("symlink"), "{e}");
+        assert!(fx.calls().is_empty());
+    }
+}

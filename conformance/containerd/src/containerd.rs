@@ -131,10 +131,6 @@ impl Containerd {
         self.rt.block_on(f)
     }
 
-    pub fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.rt
-    }
-
     /// containerd's `cni.conf_dir`.
     pub fn conf_dir(&self) -> PathBuf {
         self.dir.path().join("net.d")

@@ -24,6 +24,13 @@ fn sandbox_on_a_plain_bridge() {
     write_atomically(&ctrd.conf_dir(), "10-pods.conflist", &as_conflist(&net)).unwrap();
     ctrd.wait_network_ready(NETWORK_READY).unwrap();
     let cri = ctrd.cri();
+    let version = ctrd.block_on(cri.version()).unwrap();
+    println!(
+        "CRI runtime: {} {} (CRI API {})",
+        version.runtime_name, version.runtime_version, version.runtime_api_version
+    );
+    assert_eq!(version.runtime_name, "containerd");
+    assert_eq!(version.runtime_api_version, "v1");
 
     let sb = ctrd
         .block_on(run_sandbox(&cri, "plain", "suite1", 0))

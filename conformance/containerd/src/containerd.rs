@@ -65,6 +65,10 @@ impl Containerd {
             .arg("containerd")
             .arg("--config")
             .arg(&config)
+            // cni-guard logs to syslog, or to stderr when it cannot; pointed at a socket that
+            // does not exist, its lines land in this log (libcni hands plugins containerd's
+            // stderr), where the suites can read each decision.
+            .env("CNI_GUARD_SYSLOG", ctrd.dir.path().join("no-syslog"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -163,6 +167,14 @@ impl Containerd {
 
     pub fn log(&self) -> String {
         fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// The guard's log lines (one per invocation) that containerd's log holds.
+    pub fn guard_log(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter_map(|l| l.find("cni-guard: verb=").map(|i| l[i..].to_string()))
+            .collect()
     }
 
     pub fn log_tail(&self, lines: usize) -> String {

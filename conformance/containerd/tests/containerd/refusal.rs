@@ -68,7 +68,33 @@ fn refuse_then_retry(guard: &Path, wait_seconds: u64) {
             "the message does not name the missing delegate {}: {msg}",
             delegate.display()
         );
-        // The deferred teardown (DEL) succeeded: nothing lingers, nothing is logged as failed.
+        // The deferred teardown (DEL) ran through the guard and succeeded: the guard logged it,
+        // nothing lingers, containerd logged no failed teardown. (A failed plugin's stderr is
+        // kept by libcni only for its error, so the refused ADD's own log line is not there.)
+        let id = msg
+            .split('"')
+            .nth(1)
+            .expect("the error names the sandbox id")
+            .to_string();
+        let guard_lines: Vec<String> = ctrd
+            .guard_log()
+            .into_iter()
+            .filter(|l| l.contains(&format!("container={id} ")))
+            .collect();
+        println!("the guard's log for {id}:\n  {}", guard_lines.join("\n  "));
+        let dels: Vec<&String> = guard_lines
+            .iter()
+            .filter(|l| l.contains("verb=DEL"))
+            .collect();
+        assert!(
+            !dels.is_empty(),
+            "containerd ran no DEL after the refused ADD"
+        );
+        assert!(
+            dels.iter()
+                .all(|l| !l.contains("decision=error") && !l.contains("decision=refused")),
+            "a DEL failed: {dels:?}"
+        );
         let left = ctrd.block_on(cri.list_pod_sandbox()).unwrap();
         assert!(left.is_empty(), "a refused sandbox lingers: {left:?}");
         let log = ctrd.log();

@@ -124,4 +124,21 @@ fn sandbox_through_the_guard() {
         !ctrd.log().contains("Failed to destroy network"),
         "containerd logged a failed teardown"
     );
+    // containerd really went through the guard, both ways.
+    let lines: Vec<String> = ctrd
+        .guard_log()
+        .into_iter()
+        .filter(|l| l.contains(&format!("container={} ", sb.id)))
+        .collect();
+    println!("the guard's log:\n  {}", lines.join("\n  "));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("cni-guard: verb=ADD") && !l.contains("decision=refused")),
+        "no ADD through the guard logged: {lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("cni-guard: verb=DEL")),
+        "no DEL through the guard logged: {lines:?}"
+    );
 }

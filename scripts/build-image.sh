@@ -87,3 +87,4 @@ echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
 mkdir -p "$(dirname "$out")"
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layout" -cf "$out" oci-layout index.json blobs
 echo "build-image: $kind image $name -> $out (manifest sha256:$manifest_sum)"
+echo "build-image: layer files: $(tar -tf "$work/layer.tar" | grep -v '/$' | sort | tr '\n' ' ')"

@@ -110,14 +110,21 @@ pub fn binary(suite: &str, env_var: &str, name: &str) -> Option<PathBuf> {
     }
 }
 
-/// Builds an image with scripts/build-image.sh (`args` after the kind and output path).
-pub fn build_image(kind: &str, out: &Path, args: &[&str]) -> Result<(), String> {
-    run(Command::new("bash")
+/// Builds an image with scripts/build-image.sh (`args` after the kind and output path); returns
+/// the files its layer holds.
+pub fn build_image(kind: &str, out: &Path, args: &[&str]) -> Result<Vec<String>, String> {
+    let report = run(Command::new("bash")
         .arg(workspace_root().join("scripts/build-image.sh"))
         .arg(kind)
         .arg(out)
-        .args(args))
-    .map(|_| ())
+        .args(args))?;
+    Ok(report
+        .lines()
+        .find_map(|l| l.strip_prefix("build-image: layer files:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect())
 }
 
 /// Fills containerd's CNI bin dir: the reference plugins (symlinked) plus `extra` (copied).

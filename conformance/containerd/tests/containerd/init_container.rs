@@ -44,9 +44,21 @@ fn init_container_installs_the_guard() {
     // The image: the binary and nothing it does not need.
     let images = tempfile::tempdir().unwrap();
     let tar = images.path().join("cni-guard.tar");
-    prereq::build_image("guard", &tar, &[guard.to_str().unwrap(), GUARD_IMAGE]).unwrap();
-    let listing = run(Command::new("tar").arg("tf").arg(&tar)).unwrap();
-    println!("guard image layout:\n{listing}");
+    let files =
+        prereq::build_image("guard", &tar, &[guard.to_str().unwrap(), GUARD_IMAGE]).unwrap();
+    println!("guard image layer: {files:?}");
+    let statically_linked = run(Command::new("ldd").arg(&guard))
+        .map(|out| out.contains("statically linked"))
+        .unwrap_or(true); // ldd fails on a non-PIE static binary
+    if statically_linked {
+        assert_eq!(
+            files,
+            vec!["./cni-guard"],
+            "the image holds more than the binary"
+        );
+    } else {
+        assert!(files.contains(&"./cni-guard".to_string()), "{files:?}");
+    }
     ctrd.import_image(&tar).unwrap();
 
     // Run it as the init container: host folders mounted at /host/..., host paths in the flags.

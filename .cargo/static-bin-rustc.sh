@@ -4,7 +4,10 @@
 # Why a wrapper: `-C target-feature=+crt-static` in [target] rustflags also reaches proc-macro
 # crates (serde_derive) when no --target is given, and the gnu target cannot build those with a
 # static CRT. Passing --target would move the binary out of target/release/. So the flag is added
-# only where it is needed: the `cni_guard` crate compiled as a bin.
+# only where it is needed: the `cni_guard` crate compiled as a bin. relocation-model=static makes
+# it a plain static executable (`file`: "statically linked") rather than static-pie: a plugin
+# that lives for milliseconds gains little from ASLR, and loads a little faster without
+# self-relocation.
 #
 # bash, not sh: dash drops environment variables whose names contain a dash, such as the
 # CARGO_BIN_EXE_cni-guard that cargo hands to rustc for the integration tests.
@@ -19,6 +22,6 @@ for arg in "$@"; do
   prev=$arg
 done
 if [ "$is_bin" = 1 ] && [ "$is_guard" = 1 ]; then
-  exec "$@" -C target-feature=+crt-static
+  exec "$@" -C target-feature=+crt-static -C relocation-model=static
 fi
 exec "$@"

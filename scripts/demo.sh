@@ -121,7 +121,7 @@ ls -1 "$demo/net.d" | sed 's/^/     /'
 step "4. The runtime retries: the guard runs Multus, the sandbox gets both interfaces"
 run_cnitool add "$guard_net" >"$demo/out"
 say "cnitool add succeeded. Inside the sandbox (ip addr):"
-ip -n "$pod" addr | sed 's/^/     /'
+ip -n "$pod" addr 2>/dev/null | sed 's/^/     /'
 if ! ip -n "$pod" link show eth0 >/dev/null || ! ip -n "$pod" link show net1 >/dev/null; then
   say "UNEXPECTED: eth0 and net1 are not both there"; exit 1
 fi

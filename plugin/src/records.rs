@@ -58,7 +58,8 @@ struct RecordFile {
 }
 
 impl Record {
-    fn to_bytes(&self) -> Vec<u8> {
+    /// The record file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
         let header = serde_json::json!({
             "containerID": self.container_id,
             "ifname": self.ifname,
@@ -75,7 +76,8 @@ impl Record {
         out
     }
 
-    fn from_bytes(bytes: &[u8]) -> std::result::Result<Record, String> {
+    /// Parses a record file's bytes.
+    pub fn decode(bytes: &[u8]) -> std::result::Result<Record, String> {
         let f: RecordFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         Ok(Record {
             container_id: f.container_id,
@@ -143,7 +145,7 @@ impl Store {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&tmp)
                 .map_err(|e| io_error(&tmp, "create", &e))?;
-            f.write_all(&record.to_bytes())
+            f.write_all(&record.encode())
                 .map_err(|e| io_error(&tmp, "write", &e))?;
             drop(f);
             std::fs::rename(&tmp, &final_path).map_err(|e| io_error(&final_path, "rename into", &e))
@@ -181,7 +183,7 @@ impl Store {
         file.take(MAX_RECORD_BYTES)
             .read_to_end(&mut bytes)
             .map_err(|e| format!("cannot read record {}: {e}", path.display()))?;
-        let record = Record::from_bytes(&bytes)
+        let record = Record::decode(&bytes)
             .map_err(|e| format!("record {} is corrupt: {e}", path.display()))?;
         if record.container_id != container_id || record.ifname != ifname {
             return Err(format!(
@@ -358,7 +360,7 @@ mod tests {
         assert!(s.read("c1", "eth0").unwrap_err().contains("corrupt"));
         let mut other = record("c9");
         other.ifname = "eth0".into();
-        std::fs::write(s.dir().join("c1:eth0.json"), other.to_bytes()).unwrap();
+        std::fs::write(s.dir().join("c1:eth0.json"), other.encode()).unwrap();
         assert!(s
             .read("c1", "eth0")
             .unwrap_err()

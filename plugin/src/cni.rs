@@ -254,11 +254,13 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let had_record = from_record.is_some();
     let list = match from_record {
         Some(list) => list,
+        // No record: the guard never ran this attachment's ADD (it records first), so the
+        // current delegate is only tried when it could run at all. A delegate that is
+        // missing, half-written or short of a plugin binary means there is nothing to undo,
+        // and a runtime's DEL after a refused ADD must succeed.
         None => match NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
-            Ok(list) => list,
-            Err(_) => {
-                return Ok(Done::Empty("nothing-to-do"));
-            }
+            Ok(list) if delegate::binaries_present(&list, &req.cni_path) => list,
+            _ => return Ok(Done::Empty("nothing-to-do")),
         },
     };
     delegate::del(&list, cfg, &req.cni_path)?;

@@ -232,6 +232,12 @@ fn to_version(result: &Value, from: &str, target: &str) -> Result<Option<Value>>
         .map_err(|e| Error::new(code::DECODE_FAILURE, format!("invalid prevResult: {e}"), ""))
 }
 
+/// Whether every plugin of the list can be found in CNI_PATH.
+pub fn binaries_present(list: &NetworkConfig, cni_path: &[PathBuf]) -> bool {
+    list.types()
+        .all(|t| invoke::find_plugin(t, cni_path).is_ok())
+}
+
 fn find(plugin: &Map<String, Value>, cni_path: &[PathBuf]) -> Result<PathBuf> {
     let t = plugin.get("type").and_then(Value::as_str).unwrap_or("");
     invoke::find_plugin(t, cni_path).map_err(|reason| {

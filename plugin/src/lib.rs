@@ -10,6 +10,7 @@ pub mod error;
 pub mod invoke;
 pub mod log;
 pub mod netconf;
+pub mod operator;
 pub mod readiness;
 pub mod records;
 pub mod request;

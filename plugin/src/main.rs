@@ -46,18 +46,5 @@ fn main() -> ExitCode {
 }
 
 fn operator(args: Vec<std::ffi::OsString>) -> ExitCode {
-    match args.first().and_then(|a| a.to_str()) {
-        Some("--version") => {
-            println!(
-                "cni-guard {} (CNI spec {})",
-                env!("CARGO_PKG_VERSION"),
-                cni_guard::version::SUPPORTED.join(", ")
-            );
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!("cni-guard: a CNI plugin; run by the container runtime with CNI_COMMAND set");
-            ExitCode::from(2)
-        }
-    }
+    ExitCode::from(cni_guard::operator::run(args) as u8)
 }

@@ -67,7 +67,7 @@ impl Report {
 
     /// The refusal: code 7 when any failure is a configuration error, `not_ready_code`
     /// (11 for ADD, 50 for STATUS) otherwise. The message names the first failing path; the
-    /// details list every failure.
+    /// details name every other failure (runtimes print `msg; details`: nothing twice).
     pub fn error(&self, not_ready_code: u32) -> Option<Error> {
         let first = self
             .failures()
@@ -79,11 +79,16 @@ impl Report {
         } else {
             format!("cni-guard: network not ready: {}", first.describe())
         };
-        let details = self
+        let others: Vec<String> = self
             .failures()
+            .filter(|i| !std::ptr::eq(*i, first))
             .map(Item::describe)
-            .collect::<Vec<_>>()
-            .join("; ");
+            .collect();
+        let details = if others.is_empty() {
+            String::new()
+        } else {
+            format!("also: {}", others.join("; "))
+        };
         Some(Error::new(
             if fatal {
                 code::INVALID_CONFIG

@@ -575,6 +575,16 @@ mod del {
     }
 
     #[test]
+    fn after_a_refusal_for_a_missing_binary_del_succeeds() {
+        let fx = Fx::new();
+        fx.delegate("ptp", "1.0.0");
+        let conf = fx.guard("1.0.0", json!({}));
+        fx.run("ADD", &conf).error(11);
+        fx.run("DEL", &conf).ok();
+        assert!(fx.calls().is_empty());
+    }
+
+    #[test]
     fn without_record_the_current_delegate_is_used() {
         let fx = Fx::new();
         fx.plugin("bridge");

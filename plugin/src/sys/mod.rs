@@ -1,4 +1,7 @@
-//! The few system calls std does not wrap. Every `unsafe` block of the crate lives here.
+//! The few system calls std does not wrap. Every `unsafe` block of the crate lives under here:
+//! this file for CNI mode, `daemon.rs` for the long-running operator commands.
+
+pub(crate) mod daemon;
 
 use std::ffi::CString;
 use std::io;

@@ -1,0 +1,77 @@
+//! cni-tap: records the reply of the plugin it stands in for.
+//!
+//! cnitool prints a plugin error as `msg; details` and drops the code, so a suite that must see
+//! the code puts this binary in the bin dir under the plugin's name. It runs the real plugin
+//! (`CNI_TAP_TARGET`) with the same stdin, environment and arguments, passes stdout and the exit
+//! status through unchanged, and writes one JSON record per call into `CNI_TAP_DIR`:
+//! `{"command", "containerId", "ifname", "status", "stdout"}`.
+use serde_json::json;
+use std::io::{Read, Write};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn main() -> ExitCode {
+    let (Some(target), Some(dir)) = (
+        std::env::var_os("CNI_TAP_TARGET"),
+        std::env::var_os("CNI_TAP_DIR"),
+    ) else {
+        eprintln!("cni-tap: CNI_TAP_TARGET and CNI_TAP_DIR must be set");
+        return ExitCode::from(2);
+    };
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+        eprintln!("cni-tap: stdin: {e}");
+        return ExitCode::from(2);
+    }
+    let child = Command::new(&target)
+        .args(std::env::args_os().skip(1))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cni-tap: exec {}: {e}", target.to_string_lossy());
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&input);
+    }
+    let out = match child.wait_with_output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cni-tap: wait: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let record = json!({
+        "command": var("CNI_COMMAND"),
+        "containerId": var("CNI_CONTAINERID"),
+        "ifname": var("CNI_IFNAME"),
+        "status": out.status.code(),
+        "stdout": String::from_utf8_lossy(&out.stdout),
+    });
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        "{}-{}-{}.json",
+        var("CNI_CONTAINERID"),
+        var("CNI_COMMAND"),
+        nanos
+    );
+    let path = std::path::Path::new(&dir).join(name);
+    if let Err(e) = std::fs::write(&path, record.to_string()) {
+        eprintln!("cni-tap: write {}: {e}", path.display());
+    }
+    let _ = std::io::stdout().write_all(&out.stdout);
+    let _ = std::io::stdout().flush();
+    match out.status.code() {
+        Some(code) => ExitCode::from(code as u8),
+        None => ExitCode::from(1),
+    }
+}

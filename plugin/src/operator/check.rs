@@ -1,0 +1,272 @@
+//! `cni-guard check`: would ADD proceed on this node now? One line per precondition, for a
+//! person (✓/✗, the path, the reason) or as JSON; exit 0 only when ready. The DaemonSet's
+//! readiness probe.
+//!
+//! The preconditions are the plugin's own (`readiness::check`, the same function ADD runs),
+//! plus two that only make sense from outside: that no configuration names the guard itself,
+//! and that the guard's file is the first in its conf dir (or containerd never runs it).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::files::{conf_files, under_root};
+use super::{Failure, Flags};
+use crate::config::GuardConfig;
+use crate::error::code;
+use crate::readiness::{self, Precondition};
+
+const HELP: &str = "\
+Usage: cni-guard check --config FILE [--host-root DIR] [--cni-path DIRS] [--json]
+
+Says whether ADD would proceed now, one line per precondition: the delegate, each attachment,
+each plugin binary they name, recursion (a configuration that names cni-guard), and whether
+the guard's file is the first config in its conf dir. Exit 0 when ready, 1 when not.
+
+  --config FILE      the guard's conflist, e.g. /etc/cni/net.d/00-cni-guard.conflist
+  --host-root DIR    look up the host paths the conflist names under DIR (in a pod that
+                     mounts the host's folders under /host: --host-root=/host)
+  --cni-path DIRS    where plugin binaries are, ':'-separated host paths, as CNI_PATH
+                     [/opt/cni/bin]
+  --json             print one JSON object instead of lines
+";
+
+#[derive(Serialize)]
+struct Line {
+    check: &'static str,
+    /// The plugin type, for `plugin` lines.
+    #[serde(skip_serializing_if = "Option::is_none", rename = "type")]
+    plugin_type: Option<String>,
+    path: String,
+    ok: bool,
+    reason: String,
+}
+
+#[derive(Serialize)]
+struct Verdict {
+    ready: bool,
+    config: String,
+    /// The CNI error code ADD would return (11 try again later, 7 misconfigured), if any.
+    code: Option<u32>,
+    message: Option<String>,
+    items: Vec<Line>,
+    warnings: Vec<String>,
+}
+
+pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
+    let mut flags = Flags::new(args);
+    let mut config: Option<PathBuf> = None;
+    let mut host_root: Option<PathBuf> = None;
+    let mut cni_path = vec![PathBuf::from("/opt/cni/bin")];
+    let mut json = false;
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "--help" | "-h" => {
+                print!("{HELP}");
+                return Ok(0);
+            }
+            "--config" => config = Some(flags.path(&flag)?),
+            "--host-root" => host_root = Some(flags.path(&flag)?),
+            "--cni-path" => {
+                cni_path = flags
+                    .value(&flag)?
+                    .split(':')
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from)
+                    .collect();
+            }
+            "--json" => json = true,
+            other => return Err(Flags::unknown(other)),
+        }
+    }
+    let config = config.ok_or_else(|| Failure::usage("--config is required"))?;
+    let verdict = assess(&config, host_root.as_deref(), &cni_path);
+    if json {
+        let text = serde_json::to_string_pretty(&verdict).expect("a verdict serialises");
+        println!("{text}");
+    } else {
+        print!("{}", render(&verdict));
+    }
+    Ok(if verdict.ready { 0 } else { 1 })
+}
+
+fn assess(config: &Path, root: Option<&Path>, cni_path: &[PathBuf]) -> Verdict {
+    // What a person reading the report knows: host paths, not this pod's mount points.
+    let shown = |p: &Path| -> String {
+        match root.and_then(|r| p.strip_prefix(r).ok()) {
+            Some(rest) => Path::new("/").join(rest).display().to_string(),
+            None => p.display().to_string(),
+        }
+    };
+    // The same for paths inside messages and reasons written by the readiness checks.
+    let unroot = |text: String| -> String {
+        match root
+            .and_then(|r| r.to_str())
+            .map(|r| r.trim_end_matches('/'))
+        {
+            Some(r) if !r.is_empty() => text.replace(&format!("{r}/"), "/"),
+            _ => text,
+        }
+    };
+    let mut verdict = Verdict {
+        ready: false,
+        config: shown(config),
+        code: None,
+        message: None,
+        items: Vec::new(),
+        warnings: Vec::new(),
+    };
+
+    let host_config = match GuardConfig::from_conflist_file(config) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            verdict.items.push(Line {
+                check: "config",
+                plugin_type: None,
+                path: shown(config),
+                ok: false,
+                reason: unroot(e.msg()),
+            });
+            verdict.message = Some(format!(
+                "the guard's configuration is not usable here: {}",
+                unroot(e.msg())
+            ));
+            return verdict;
+        }
+    };
+    let mut cfg = host_config.clone();
+    cfg.delegate = under_root(root, &host_config.delegate);
+    cfg.attachments = host_config
+        .attachments
+        .iter()
+        .map(|a| under_root(root, a))
+        .collect();
+    let cni_path: Vec<PathBuf> = cni_path.iter().map(|d| under_root(root, d)).collect();
+
+    let report = readiness::check(&cfg, &cni_path);
+    for item in &report.items {
+        let (check, plugin_type) = match &item.what {
+            Precondition::Delegate => ("delegate", None),
+            Precondition::Attachment => ("attachment", None),
+            Precondition::Plugin(t) => ("plugin", Some(t.clone())),
+            Precondition::Permissions => ("permissions", None),
+        };
+        verdict.items.push(Line {
+            check,
+            plugin_type,
+            path: shown(&item.path),
+            ok: item.ok,
+            reason: unroot(item.reason.clone()),
+        });
+    }
+
+    // Recursion: NetworkConfig::load refuses a file naming the guard as a fatal problem.
+    let recursive = report
+        .items
+        .iter()
+        .find(|i| i.fatal && matches!(i.what, Precondition::Delegate | Precondition::Attachment));
+    verdict.items.push(match recursive {
+        Some(item) => Line {
+            check: "recursion",
+            plugin_type: None,
+            path: shown(&item.path),
+            ok: false,
+            reason: format!("names {:?}: the guard would call itself", cfg.plugin_type),
+        },
+        None => Line {
+            check: "recursion",
+            plugin_type: None,
+            path: String::new(),
+            ok: true,
+            reason: format!("no configuration that loaded names {:?}", cfg.plugin_type),
+        },
+    });
+
+    let first = first_in_conf_dir(config);
+    verdict.items.push(Line {
+        check: "first",
+        plugin_type: None,
+        path: shown(config),
+        ok: first.is_ok(),
+        reason: match &first {
+            Ok(()) => format!(
+                "sorts first in {}",
+                config.parent().map(&shown).unwrap_or_default()
+            ),
+            Err(reason) => reason.clone(),
+        },
+    });
+    verdict.warnings = report
+        .warnings
+        .iter()
+        .map(|p| format!("{} is writable by group or others", shown(p)))
+        .collect();
+
+    match report.error(code::TRY_AGAIN_LATER) {
+        Some(e) => {
+            verdict.code = Some(e.code());
+            verdict.message = Some(unroot(e.msg()));
+        }
+        None if first.is_err() => {
+            verdict.message = Some(format!(
+                "the guard is not in force: containerd uses another config ({})",
+                first.unwrap_err()
+            ));
+        }
+        None => verdict.ready = true,
+    }
+    verdict
+}
+
+/// `Ok` when `config` is the first file containerd would consider in its folder.
+fn first_in_conf_dir(config: &Path) -> Result<(), String> {
+    let dir = config.parent().unwrap_or(Path::new("."));
+    let name = config
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| "has no file name".to_string())?;
+    let files = conf_files(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    match files.first() {
+        Some(first) if first == name => Ok(()),
+        Some(first) => Err(format!("{first} sorts before it")),
+        None => Err("is not in its folder".to_string()),
+    }
+}
+
+fn render(verdict: &Verdict) -> String {
+    let mut out = String::new();
+    for line in &verdict.items {
+        let mark = if line.ok { '✓' } else { '✗' };
+        let subject = match &line.plugin_type {
+            Some(t) if line.ok => format!("{t:?} at {}", line.path),
+            Some(t) => format!("{t:?}"),
+            None => line.path.clone(),
+        };
+        let text = match (subject.is_empty(), line.reason.is_empty()) {
+            (_, true) => subject,
+            (true, false) => line.reason.clone(),
+            (false, false) if line.ok => format!("{subject} {}", line.reason),
+            (false, false) => format!("{subject}: {}", line.reason),
+        };
+        out.push_str(&format!("{mark} {:<11}{text}\n", line.check));
+    }
+    for warning in &verdict.warnings {
+        out.push_str(&format!("! {:<11}{warning}\n", "warning"));
+    }
+    let summary = match (verdict.code, &verdict.message) {
+        _ if verdict.ready => "ready: ADD would proceed now".to_string(),
+        (Some(c), Some(m)) => {
+            let meaning = if c == code::TRY_AGAIN_LATER {
+                "try again later"
+            } else {
+                "misconfigured"
+            };
+            format!("not ready: ADD would be refused with CNI error {c} ({meaning}): {m}")
+        }
+        (_, m) => format!("not ready: {}", m.as_deref().unwrap_or("unknown")),
+    };
+    out.push_str(&summary);
+    out.push('\n');
+    out
+}

@@ -1,0 +1,203 @@
+//! Writing into CNI folders the way a running runtime tolerates: whole files only (temp file in
+//! the same folder, fsync, rename, fsync the folder), nothing at all when the content is
+//! already there, and the conf-dir ordering libcni and containerd apply.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// What an atomic write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The file already had this content (its mode may have been corrected); not rewritten.
+    Unchanged,
+    /// The file did not exist and was created.
+    Created,
+    /// The file existed with other content and was replaced.
+    Replaced,
+}
+
+/// The temp name for `name`: hidden, and ending in `.tmp` so that neither libcni (which lists
+/// `.conf`, `.conflist`, `.json`) nor a CNI_PATH lookup ever picks it up.
+fn temp_name(name: &str) -> String {
+    format!(".{name}.{}.tmp", std::process::id())
+}
+
+/// Puts `content` at `dir/name` with `mode`, so that a concurrent reader sees either the old
+/// whole file or the new whole file, never a part. When the file already holds exactly
+/// `content`, nothing is written (its mtime stays), because containerd reloads its CNI config
+/// on every write in the conf dir.
+pub fn write_atomically(dir: &Path, name: &str, content: &[u8], mode: u32) -> io::Result<Written> {
+    let target = dir.join(name);
+    let existed = match fs::read(&target) {
+        Ok(current) if current == content => {
+            let meta = fs::metadata(&target)?;
+            if meta.permissions().mode() & 0o7777 != mode {
+                fs::set_permissions(&target, fs::Permissions::from_mode(mode))?;
+            }
+            return Ok(Written::Unchanged);
+        }
+        Ok(_) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        // A directory or an unreadable file in the way: replacing it blindly could lose
+        // something that is not ours, so let the rename below decide (it fails on a folder).
+        Err(_) => true,
+    };
+
+    let temp = dir.join(temp_name(name));
+    // A temp file left by a killed earlier run with the same pid (PID 1 in a container).
+    let _ = fs::remove_file(&temp);
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temp)?;
+        file.write_all(content)?;
+        // The umask may have narrowed the mode given at creation.
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&temp, &target)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result.map(|()| {
+        if existed {
+            Written::Replaced
+        } else {
+            Written::Created
+        }
+    })
+}
+
+/// Removes `dir/name` and makes the removal durable. `Ok(false)` when it was already gone.
+pub fn remove_durably(dir: &Path, name: &str) -> io::Result<bool> {
+    match fs::remove_file(dir.join(name)) {
+        Ok(()) => {
+            sync_dir(dir)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// fsync on the folder, so a rename or unlink in it survives a crash.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// The file extensions libcni's `ConfFiles` lists in a conf dir.
+pub const CONF_EXTENSIONS: [&str; 3] = [".conf", ".conflist", ".json"];
+
+pub fn is_conf_name(name: &str) -> bool {
+    CONF_EXTENSIONS.iter().any(|ext| name.ends_with(ext))
+}
+
+/// The CNI configuration files in `dir` in the order containerd considers them: every
+/// non-folder entry with a libcni extension, sorted by name as bytes (Go's `sort.Strings` over
+/// paths in one folder). The first one is the network containerd uses.
+pub fn conf_files(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            continue;
+        }
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if is_conf_name(&name) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The configuration files in `dir` that containerd would consider before `name`.
+pub fn conf_files_before(dir: &Path, name: &str) -> io::Result<Vec<String>> {
+    Ok(conf_files(dir)?
+        .into_iter()
+        .filter(|other| other.as_str() < name)
+        .collect())
+}
+
+/// `root` joined with an absolute host path (`/host` + `/etc/cni/net.d` = `/host/etc/cni/net.d`);
+/// the path unchanged when there is no root.
+pub fn under_root(root: Option<&Path>, host_path: &Path) -> PathBuf {
+    match root {
+        None => host_path.to_path_buf(),
+        Some(root) => root.join(host_path.strip_prefix("/").unwrap_or(host_path)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_files_sort_like_libcni_and_skip_folders_and_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "05-cilium.conflist",
+            "00-multus.conf",
+            "00-cni-guard.conflist",
+            "10-x.json",
+            "README",
+            ".00-cni-guard.conflist.7.tmp",
+            "05-cilium.conflist.cilium_bak",
+        ] {
+            fs::write(dir.path().join(name), "{}").unwrap();
+        }
+        fs::create_dir(dir.path().join("00-a.conf")).unwrap();
+        assert_eq!(
+            conf_files(dir.path()).unwrap(),
+            [
+                "00-cni-guard.conflist",
+                "00-multus.conf",
+                "05-cilium.conflist",
+                "10-x.json"
+            ]
+        );
+        assert_eq!(
+            conf_files_before(dir.path(), "00-multus.conf").unwrap(),
+            ["00-cni-guard.conflist"]
+        );
+    }
+
+    #[test]
+    fn write_reports_created_unchanged_replaced_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |c: &[u8]| write_atomically(dir.path(), "a.conflist", c, 0o644).unwrap();
+        assert_eq!(w(b"one"), Written::Created);
+        assert_eq!(w(b"one"), Written::Unchanged);
+        assert_eq!(w(b"two"), Written::Replaced);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a.conflist"]);
+        let mode = fs::metadata(dir.path().join("a.conflist"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o644);
+    }
+
+    #[test]
+    fn under_root_prefixes_absolute_host_paths() {
+        assert_eq!(
+            under_root(Some(Path::new("/host")), Path::new("/etc/cni/net.d")),
+            Path::new("/host/etc/cni/net.d")
+        );
+        assert_eq!(
+            under_root(None, Path::new("/etc/cni/net.d")),
+            Path::new("/etc/cni/net.d")
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Operator mode: what the binary does when it is run by a person or a DaemonSet rather than by
+//! a container runtime (no `CNI_COMMAND`): `install`, `uninstall`, `keep`, `check`.
+//!
+//! Exit codes: 0 done (or ready), 1 the operation failed or was refused (or not ready),
+//! 2 the command line was wrong.
+
+mod check;
+mod files;
+mod install;
+mod keep;
+mod spec;
+
+mod uninstall;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// The CNI specification versions the guard speaks, as `--version` reports them.
+pub use crate::version::SUPPORTED as SPEC_VERSIONS;
+
+const USAGE: &str = "\
+cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.
+
+Run by a container runtime (CNI_COMMAND set), it is the plugin. Run by hand or by its
+DaemonSet, it is its own installer:
+
+  cni-guard install     copy this binary into the CNI bin dir and write the guard's conflist
+  cni-guard uninstall   remove the conflist, then the binary
+  cni-guard keep        put the conflist back whenever something deletes, renames or rewrites it
+  cni-guard check       say whether ADD would proceed now, one line per precondition
+  cni-guard --version   print the version and the CNI spec versions supported
+
+Each command takes --help. Exit codes: 0 done or ready, 1 failed, refused or not ready,
+2 wrong command line.
+";
+
+/// Entry point of operator mode; `args` excludes argv[0]. Returns the process exit code.
+pub fn run(args: Vec<OsString>) -> i32 {
+    let mut args = args.into_iter();
+    let Some(command) = args.next() else {
+        eprint!("{USAGE}");
+        return 2;
+    };
+    let rest: Vec<OsString> = args.collect();
+    match command.to_str().unwrap_or("") {
+        "install" => finish("install", install::run(rest)),
+        "uninstall" => finish("uninstall", uninstall::run(rest)),
+        "keep" => finish("keep", keep::run(rest)),
+        "check" => finish("check", check::run(rest)),
+        "--version" | "-V" | "version" => {
+            println!("{}", version_line());
+            0
+        }
+        "--help" | "-h" | "help" => {
+            print!("{USAGE}");
+            0
+        }
+        other => {
+            eprintln!("cni-guard: unknown command {other:?}; see cni-guard --help");
+            2
+        }
+    }
+}
+
+pub fn version_line() -> String {
+    format!(
+        "cni-guard {} (CNI spec versions: {})",
+        env!("CARGO_PKG_VERSION"),
+        SPEC_VERSIONS.join(", ")
+    )
+}
+
+fn finish(command: &str, outcome: Result<i32, Failure>) -> i32 {
+    match outcome {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("cni-guard {command}: {}", failure.message);
+            failure.code
+        }
+    }
+}
+
+/// Why a command stopped: exit code 1 (failed or refused) or 2 (wrong command line).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 2,
+            message: format!("{}; see --help", message.into()),
+        }
+    }
+
+    pub fn failed(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+/// A small command-line reader: `--flag value`, `--flag=value` and bare `--switch`.
+pub(crate) struct Flags {
+    args: std::vec::IntoIter<OsString>,
+    inline: Option<String>,
+}
+
+impl Flags {
+    pub fn new(args: Vec<OsString>) -> Flags {
+        Flags {
+            args: args.into_iter(),
+            inline: None,
+        }
+    }
+
+    /// The next flag's name (`--bin-dir`), or `None` at the end.
+    pub fn next_flag(&mut self) -> Result<Option<String>, Failure> {
+        if let Some(value) = self.inline.take() {
+            return Err(Failure::usage(format!("unexpected value {value:?}")));
+        }
+        let Some(arg) = self.args.next() else {
+            return Ok(None);
+        };
+        let arg = arg
+            .into_string()
+            .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))?;
+        if !arg.starts_with('-') {
+            return Err(Failure::usage(format!("unexpected argument {arg:?}")));
+        }
+        match arg.split_once('=') {
+            Some((name, value)) if arg.starts_with("--") => {
+                self.inline = Some(value.to_string());
+                Ok(Some(name.to_string()))
+            }
+            _ => Ok(Some(arg)),
+        }
+    }
+
+    /// The value of `flag`, given inline or as the next argument.
+    pub fn value(&mut self, flag: &str) -> Result<String, Failure> {
+        if let Some(value) = self.inline.take() {
+            return Ok(value);
+        }
+        match self.args.next() {
+            Some(value) => value
+                .into_string()
+                .map_err(|v| Failure::usage(format!("{flag}: value {v:?} is not UTF-8"))),
+            None => Err(Failure::usage(format!("{flag} needs a value"))),
+        }
+    }
+
+    pub fn path(&mut self, flag: &str) -> Result<PathBuf, Failure> {
+        let value = self.value(flag)?;
+        if value.is_empty() {
+            return Err(Failure::usage(format!("{flag} needs a non-empty path")));
+        }
+        Ok(PathBuf::from(value))
+    }
+
+    /// Fails when `name` was unknown to the caller.
+    pub fn unknown(name: &str) -> Failure {
+        Failure::usage(format!("unknown flag {name}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        Flags::new(args.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn flags_take_separate_and_inline_values() {
+        let mut f = flags(&["--a", "1", "--b=2", "--c"]);
+        assert_eq!(f.next_flag().unwrap().as_deref(), Some("--a"));
+        assert_eq!(f.value("--a").unwrap(), "1");
+        assert_eq!(f.next_flag().unwrap().as_deref(), Some("--b"));
+        assert_eq!(f.value("--b").unwrap(), "2");
+        assert_eq!(f.next_flag().unwrap().as_deref(), Some("--c"));
+        assert!(f.value("--c").is_err());
+    }
+
+    #[test]
+    fn flags_reject_positional_and_unused_inline_values() {
+        assert_eq!(flags(&["stray"]).next_flag().unwrap_err().code, 2);
+        let mut f = flags(&["--json=yes"]);
+        assert_eq!(f.next_flag().unwrap().as_deref(), Some("--json"));
+        assert_eq!(f.next_flag().unwrap_err().code, 2);
+    }
+}

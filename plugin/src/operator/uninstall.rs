@@ -1,0 +1,92 @@
+//! `cni-guard uninstall`: removes the guard's conflist, then its binary, so that containerd
+//! never points at a missing binary. Nothing else removes the conflist: not `keep` on SIGTERM,
+//! not a pod shutting down.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use super::files::remove_durably;
+use super::spec::{DEFAULT_CONF_NAME, PLUGIN_TYPE};
+use super::{Failure, Flags};
+use crate::sys::daemon::{signal_name, wait_readable, TermSignals};
+
+const HELP: &str = "\
+Usage: cni-guard uninstall --bin-dir DIR --conf-dir DIR [options]
+
+Removes the guard's conflist, then DIR/cni-guard (in that order, so containerd never uses a
+conflist whose plugin binary is gone). Files already gone are fine. Stop `cni-guard keep`
+first, or it puts the conflist back. Once the conflist is gone, containerd uses the next
+config in the conf dir (the delegate, e.g. 00-multus.conf) directly.
+
+Paths as mounted in this container:
+  --bin-dir DIR          the CNI bin dir, e.g. /host/opt/cni/bin (required)
+  --conf-dir DIR         the CNI conf dir, e.g. /host/etc/cni/net.d (required)
+  --conf-name NAME       the guard's file name [00-cni-guard.conflist]
+  --stay                 afterwards, wait for SIGTERM instead of exiting (for a DaemonSet whose
+                         pods show by running that their node is done)
+";
+
+pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
+    let mut flags = Flags::new(args);
+    let mut bin_dir: Option<PathBuf> = None;
+    let mut conf_dir: Option<PathBuf> = None;
+    let mut conf_name = DEFAULT_CONF_NAME.to_string();
+    let mut stay = false;
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "--help" | "-h" => {
+                print!("{HELP}");
+                return Ok(0);
+            }
+            "--bin-dir" => bin_dir = Some(flags.path(&flag)?),
+            "--conf-dir" => conf_dir = Some(flags.path(&flag)?),
+            "--conf-name" => conf_name = flags.value(&flag)?,
+            "--stay" => stay = true,
+            other => return Err(Flags::unknown(other)),
+        }
+    }
+    let bin_dir = bin_dir.ok_or_else(|| Failure::usage("--bin-dir is required"))?;
+    let conf_dir = conf_dir.ok_or_else(|| Failure::usage("--conf-dir is required"))?;
+    if conf_name.contains('/') || conf_name.is_empty() {
+        return Err(Failure::usage(format!(
+            "--conf-name {conf_name:?}: must be a file name"
+        )));
+    }
+    // Block the stop signals before doing anything, so a SIGTERM during removal cannot cut the
+    // pair in half; it is seen (and honoured) only once both are gone.
+    let signals = if stay {
+        Some(TermSignals::block().map_err(|e| Failure::failed(format!("signalfd: {e}")))?)
+    } else {
+        None
+    };
+
+    for (dir, name) in [(&conf_dir, conf_name.as_str()), (&bin_dir, PLUGIN_TYPE)] {
+        let path = dir.join(name);
+        match remove_durably(dir, name) {
+            Ok(true) => println!("removed {}", path.display()),
+            Ok(false) => println!("absent {}", path.display()),
+            Err(e) => {
+                return Err(Failure::failed(format!(
+                    "removing {}: {e} (nothing after it was removed)",
+                    path.display()
+                )))
+            }
+        }
+    }
+
+    if let Some(signals) = signals {
+        println!("uninstalled; waiting for SIGTERM");
+        loop {
+            wait_readable(&[signals.raw_fd()], -1)
+                .map_err(|e| Failure::failed(format!("poll: {e}")))?;
+            if let Some(signo) = signals
+                .take()
+                .map_err(|e| Failure::failed(format!("signalfd: {e}")))?
+            {
+                println!("{}: exiting", signal_name(signo));
+                break;
+            }
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,797 @@
+//! Operator mode (`install`, `uninstall`, `keep`, `check`) driven through the built binary
+//! against temp folders. No root needed.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+fn guard() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cni-guard"));
+    cmd.env_remove("CNI_COMMAND");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    guard().args(args).output().expect("run cni-guard")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A node's CNI folders in a temp dir: `bin/` and `net.d/`, as the installer sees them.
+struct Node {
+    _tmp: tempfile::TempDir,
+    bin: PathBuf,
+    conf: PathBuf,
+}
+
+impl Node {
+    fn new() -> Node {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("bin");
+        let conf = tmp.path().join("net.d");
+        fs::create_dir(&bin).unwrap();
+        fs::create_dir(&conf).unwrap();
+        Node {
+            _tmp: tmp,
+            bin,
+            conf,
+        }
+    }
+
+    fn conflist(&self) -> PathBuf {
+        self.conf.join("00-cni-guard.conflist")
+    }
+
+    fn binary(&self) -> PathBuf {
+        self.bin.join("cni-guard")
+    }
+
+    /// `install` args for this node plus `extra`.
+    fn install_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "install".into(),
+            format!("--bin-dir={}", self.bin.display()),
+            format!("--conf-dir={}", self.conf.display()),
+            "--delegate=/etc/cni/net.d/00-multus.conf".into(),
+            "--attachment=/etc/cni/multus/net.d/05-cilium.conflist".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    fn install(&self, extra: &[&str]) -> Output {
+        guard()
+            .args(self.install_args(extra))
+            .output()
+            .expect("run install")
+    }
+
+    fn names(&self, dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+fn mtime(path: &Path) -> SystemTime {
+    fs::metadata(path).unwrap().modified().unwrap()
+}
+
+fn set_old_mtime(path: &Path) -> SystemTime {
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    old
+}
+
+mod install {
+    use super::*;
+
+    #[test]
+    fn writes_the_binary_and_the_conflist_with_host_paths() {
+        let node = Node::new();
+        let out = node.install(&["--capability=portMappings", "--wait-seconds=3"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains(&format!("created {}", node.binary().display())));
+        assert!(stdout.contains(&format!("created {}", node.conflist().display())));
+
+        let installed = fs::read(node.binary()).unwrap();
+        let original = fs::read(env!("CARGO_BIN_EXE_cni-guard")).unwrap();
+        assert!(installed == original, "the installed binary is this binary");
+        let mode = fs::metadata(node.binary()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+
+        let conflist: serde_json::Value =
+            serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+        assert_eq!(
+            conflist,
+            serde_json::json!({
+                "cniVersion": "1.0.0",
+                "name": "guarded-pod-network",
+                "plugins": [{
+                    "type": "cni-guard",
+                    "delegate": "/etc/cni/net.d/00-multus.conf",
+                    "attachments": ["/etc/cni/multus/net.d/05-cilium.conflist"],
+                    "waitSeconds": 3,
+                    "cacheDir": "/var/lib/cni/cni-guard",
+                    "capabilities": {"portMappings": true}
+                }]
+            })
+        );
+        // No temp file left behind in either folder.
+        assert_eq!(node.names(&node.bin), ["cni-guard"]);
+        assert_eq!(node.names(&node.conf), ["00-cni-guard.conflist"]);
+    }
+
+    #[test]
+    fn is_idempotent_and_leaves_mtimes_alone() {
+        let node = Node::new();
+        assert!(node.install(&[]).status.success());
+        let old_bin = set_old_mtime(&node.binary());
+        let old_conf = set_old_mtime(&node.conflist());
+
+        let out = node.install(&[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains(&format!("unchanged {}", node.conflist().display())));
+        assert!(text(&out.stdout).contains(&format!("unchanged {}", node.binary().display())));
+        assert_eq!(mtime(&node.binary()), old_bin);
+        assert_eq!(mtime(&node.conflist()), old_conf);
+
+        // Different flags: the conflist is replaced, the binary still untouched.
+        let out = node.install(&["--wait-seconds=5"]);
+        assert!(out.status.success());
+        assert!(text(&out.stdout).contains(&format!("replaced {}", node.conflist().display())));
+        assert_ne!(mtime(&node.conflist()), old_conf);
+        assert_eq!(mtime(&node.binary()), old_bin);
+    }
+
+    #[test]
+    fn a_reader_never_sees_a_partial_or_missing_conflist() {
+        let node = Node::new();
+        // Two conflists of different lengths, so every install below really rewrites.
+        let short: Vec<String> = node.install_args(&[]);
+        let long: Vec<String> = node.install_args(&[
+            "--attachment=/etc/cni/multus/net.d/10-a-much-longer-attachment-name.conflist",
+            "--attachment=/etc/cni/multus/net.d/20-another-long-attachment-name.conflist",
+            "--capability=portMappings",
+            "--capability=bandwidth",
+        ]);
+        assert!(guard().args(&short).status().unwrap().success());
+        let short_bytes = fs::read(node.conflist()).unwrap();
+        assert!(guard().args(&long).status().unwrap().success());
+        let long_bytes = fs::read(node.conflist()).unwrap();
+        assert_ne!(short_bytes, long_bytes);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let stop = stop.clone();
+            let path = node.conflist();
+            let (short_bytes, long_bytes) = (short_bytes.clone(), long_bytes.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut seen = Vec::new();
+                    fs::File::open(&path)
+                        .expect("the conflist is never missing")
+                        .read_to_end(&mut seen)
+                        .unwrap();
+                    assert!(
+                        seen == short_bytes || seen == long_bytes,
+                        "partial read: {}",
+                        text(&seen)
+                    );
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for round in 0..60 {
+            let args = if round % 2 == 0 { &short } else { &long };
+            let out = guard().args(args).output().unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(text(&out.stdout).contains("replaced"));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let reads = reader.join().expect("reader saw only whole files");
+        assert!(
+            reads > 60,
+            "the reader ran during the installs ({reads} reads)"
+        );
+    }
+
+    #[test]
+    fn replaces_a_binary_that_is_running() {
+        let node = Node::new();
+        // Install a long-running program as the plugin binary and start it from the bin dir.
+        let sleep = which("sleep");
+        let out = node.install(&[&format!("--binary={}", sleep.display())]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut running = Command::new(node.binary()).arg("30").spawn().unwrap();
+        // Writing over a running executable in place fails with ETXTBSY; a rename does not.
+        let out = node.install(&[]);
+        running.kill().unwrap();
+        running.wait().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let installed = fs::read(node.binary()).unwrap();
+        assert!(installed == fs::read(env!("CARGO_BIN_EXE_cni-guard")).unwrap());
+    }
+
+    #[test]
+    fn refuses_and_writes_nothing_when_another_config_sorts_first() {
+        let node = Node::new();
+        fs::write(node.conf.join("00-aaa.conf"), "{}").unwrap();
+        let out = node.install(&[]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("refusing to install"), "{stderr}");
+        assert!(stderr.contains("00-aaa.conf"), "{stderr}");
+        assert_eq!(node.names(&node.conf), ["00-aaa.conf"]);
+        assert!(node.names(&node.bin).is_empty(), "no binary written");
+
+        // A .json sorts too; files libcni does not list and folders do not count.
+        fs::remove_file(node.conf.join("00-aaa.conf")).unwrap();
+        fs::write(node.conf.join("00-0.json"), "{}").unwrap();
+        assert_eq!(node.install(&[]).status.code(), Some(1));
+        fs::remove_file(node.conf.join("00-0.json")).unwrap();
+        fs::write(node.conf.join("00-aaa.conf.cilium_bak"), "{}").unwrap();
+        fs::write(node.conf.join("00-readme.txt"), "x").unwrap();
+        fs::create_dir(node.conf.join("00-a.conf")).unwrap();
+        fs::write(node.conf.join("00-multus.conf"), "{}").unwrap();
+        let out = node.install(&[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+
+        // A --conf-name that sorts first makes the guard first again.
+        let node = Node::new();
+        fs::write(node.conf.join("00-aaa.conf"), "{}").unwrap();
+        let out = node.install(&["--conf-name=00-0-cni-guard.conflist"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(node.conf.join("00-0-cni-guard.conflist").is_file());
+    }
+
+    #[test]
+    fn rejects_a_wrong_command_line_with_code_2() {
+        let node = Node::new();
+        for extra in [
+            &["--delegate=relative.conf"][..],
+            &["--attachment=relative.conflist"],
+            &["--cache-dir=var/lib"],
+            &["--conf-name=00-cni-guard.conf"],
+            &["--cni-version=9.9.9"],
+            &["--wait-seconds=soon"],
+            &["--no-such-flag"],
+            &["positional"],
+        ] {
+            let out = node.install(extra);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{extra:?}: {}",
+                text(&out.stderr)
+            );
+        }
+        let out = run(&["install", "--conf-dir=/tmp", "--delegate=/x.conf"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains("--bin-dir is required"));
+        assert!(node.names(&node.conf).is_empty() && node.names(&node.bin).is_empty());
+    }
+}
+
+mod uninstall {
+    use super::*;
+
+    fn uninstall(node: &Node) -> Output {
+        run(&[
+            "uninstall",
+            &format!("--bin-dir={}", node.bin.display()),
+            &format!("--conf-dir={}", node.conf.display()),
+        ])
+    }
+
+    #[test]
+    fn removes_both_and_is_idempotent() {
+        let node = Node::new();
+        fs::write(node.conf.join("00-multus.conf"), "{}").unwrap();
+        assert!(node.install(&[]).status.success());
+        let out = uninstall(&node);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let conf_line = format!("removed {}", node.conflist().display());
+        let bin_line = format!("removed {}", node.binary().display());
+        assert!(stdout.find(&conf_line).unwrap() < stdout.find(&bin_line).unwrap());
+        assert_eq!(node.names(&node.conf), ["00-multus.conf"]);
+        assert!(node.names(&node.bin).is_empty());
+
+        let out = uninstall(&node);
+        assert!(out.status.success());
+        assert!(text(&out.stdout).contains(&format!("absent {}", node.conflist().display())));
+    }
+
+    #[test]
+    fn removes_the_conflist_before_the_binary() {
+        // The binary cannot be removed (a folder stands in its place): the conflist must be
+        // gone already when that fails.
+        let node = Node::new();
+        assert!(node.install(&[]).status.success());
+        fs::remove_file(node.binary()).unwrap();
+        fs::create_dir(node.binary()).unwrap();
+        let out = uninstall(&node);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(!node.conflist().exists(), "conflist removed first");
+
+        // The conflist cannot be removed: the binary must still be there.
+        let node = Node::new();
+        assert!(node.install(&[]).status.success());
+        fs::remove_file(node.conflist()).unwrap();
+        fs::create_dir(node.conflist()).unwrap();
+        fs::write(node.conflist().join("keep-me"), "x").unwrap();
+        let out = uninstall(&node);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("nothing after it was removed"));
+        assert!(
+            node.binary().is_file(),
+            "binary left while the conflist stays"
+        );
+    }
+}
+
+mod keep {
+    use super::*;
+
+    /// A running `cni-guard keep`, killed when dropped if a test failed before stopping it.
+    struct Keeper {
+        child: Option<Child>,
+    }
+
+    impl Keeper {
+        fn start(node: &Node) -> Keeper {
+            let child = guard()
+                .args([
+                    "keep",
+                    &format!("--conf-dir={}", node.conf.display()),
+                    "--delegate=/etc/cni/net.d/00-multus.conf",
+                    "--attachment=/etc/cni/multus/net.d/05-cilium.conflist",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            Keeper { child: Some(child) }
+        }
+
+        fn pid(&self) -> i32 {
+            self.child.as_ref().unwrap().id() as i32
+        }
+
+        /// Sends SIGTERM and returns the exit status and everything it logged.
+        fn terminate(mut self) -> (std::process::ExitStatus, String) {
+            // SAFETY: sending a signal to our own child process.
+            assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
+            let out = self.child.take().unwrap().wait_with_output().unwrap();
+            (out.status, text(&out.stderr))
+        }
+    }
+
+    impl Drop for Keeper {
+        fn drop(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Waits until `path` holds `content`; returns how long that took.
+    fn wait_for(path: &Path, content: &[u8], limit: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if fs::read(path).ok().as_deref() == Some(content) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} not restored within {limit:?}",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn restores_a_deleted_renamed_or_rewritten_conflist_and_exits_cleanly_on_sigterm() {
+        let node = Node::new();
+        let keeper = Keeper::start(&node);
+        let path = node.conflist();
+        // It writes the file at start: the same bytes install writes.
+        let start = Instant::now();
+        while !path.exists() {
+            assert!(start.elapsed() < Duration::from_secs(5), "keep never wrote");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let reference = Node::new();
+        assert!(reference.install(&[]).status.success());
+        let expected = fs::read(reference.conflist()).unwrap();
+        wait_for(&path, &expected, Duration::from_secs(1));
+        // Give the keeper time to settle into its loop before disturbing the file.
+        std::thread::sleep(Duration::from_millis(100));
+
+        fs::remove_file(&path).unwrap();
+        let took = wait_for(&path, &expected, Duration::from_secs(1));
+        eprintln!("deleted file restored after {took:?}");
+
+        // What Cilium's cni.exclusive does to configs that are not its own.
+        fs::rename(&path, node.conf.join("00-cni-guard.conflist.cilium_bak")).unwrap();
+        let took = wait_for(&path, &expected, Duration::from_secs(1));
+        eprintln!("renamed file restored after {took:?}");
+
+        // A careless installer writing over it in place.
+        fs::write(
+            &path,
+            b"{\"cniVersion\":\"1.0.0\",\"name\":\"other\",\"plugins\":[]}",
+        )
+        .unwrap();
+        let took = wait_for(&path, &expected, Duration::from_secs(1));
+        eprintln!("rewritten file restored after {took:?}");
+
+        let before = set_old_mtime(&path);
+        std::thread::sleep(Duration::from_millis(100));
+        let (status, log) = keeper.terminate();
+        assert!(
+            status.success(),
+            "keep exits 0 on SIGTERM: {status:?}\n{log}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), expected, "file left in place");
+        assert_eq!(mtime(&path), before, "file not touched on SIGTERM");
+        assert_eq!(log.matches("restored").count(), 3, "{log}");
+        assert!(log.contains("it was missing"), "{log}");
+        assert!(log.contains("its content had changed"), "{log}");
+        assert!(log.contains("SIGTERM: exiting"), "{log}");
+        // The renamed copy stays where it was put; only our file is ours to manage.
+        assert!(node.conf.join("00-cni-guard.conflist.cilium_bak").exists());
+    }
+
+    #[test]
+    fn warns_about_a_config_that_sorts_before_the_guard() {
+        let node = Node::new();
+        let keeper = Keeper::start(&node);
+        let start = Instant::now();
+        while !node.conflist().exists() {
+            assert!(start.elapsed() < Duration::from_secs(5), "keep never wrote");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        fs::write(node.conf.join("00-aaa.conf"), "{}").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let (status, log) = keeper.terminate();
+        assert!(status.success());
+        assert!(
+            log.contains("00-aaa.conf sorts before 00-cni-guard.conflist"),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn fails_when_the_conf_dir_is_missing() {
+        let out = run(&[
+            "keep",
+            "--conf-dir=/nonexistent/cni-guard-test",
+            "--delegate=/etc/cni/net.d/00-multus.conf",
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("/nonexistent/cni-guard-test"));
+    }
+}
+
+mod check {
+    use super::*;
+
+    /// A host root in a temp dir with the Multus + Cilium layout, the guard installed into it
+    /// by host paths, and `check` run the way the readiness probe runs it (`--host-root`).
+    struct Host {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+    }
+
+    const DELEGATE: &str = "etc/cni/net.d/00-multus.conf";
+    const ATTACHMENT: &str = "etc/cni/multus/net.d/05-cilium.conflist";
+
+    impl Host {
+        fn ready() -> Host {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().to_path_buf();
+            for dir in ["opt/cni/bin", "etc/cni/net.d", "etc/cni/multus/net.d"] {
+                fs::create_dir_all(root.join(dir)).unwrap();
+            }
+            let host = Host { _tmp: tmp, root };
+            let out = guard()
+                .args([
+                    "install",
+                    &format!("--bin-dir={}", host.path("opt/cni/bin").display()),
+                    &format!("--conf-dir={}", host.path("etc/cni/net.d").display()),
+                    &format!("--delegate=/{DELEGATE}"),
+                    &format!("--attachment=/{ATTACHMENT}"),
+                ])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            host.write(
+                DELEGATE,
+                r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim"}"#,
+            );
+            host.write(
+                ATTACHMENT,
+                r#"{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}"#,
+            );
+            for plugin in ["multus-shim", "cilium-cni"] {
+                let p = host.path("opt/cni/bin").join(plugin);
+                fs::write(&p, "#!/bin/sh\nexit 0\n").unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            host
+        }
+
+        fn path(&self, rel: &str) -> PathBuf {
+            self.root.join(rel)
+        }
+
+        fn write(&self, rel: &str, body: &str) {
+            let p = self.path(rel);
+            fs::write(&p, body).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+
+        fn check(&self, extra: &[&str]) -> (Option<i32>, String) {
+            let out = guard()
+                .args([
+                    "check",
+                    &format!(
+                        "--config={}",
+                        self.path("etc/cni/net.d/00-cni-guard.conflist").display()
+                    ),
+                    &format!("--host-root={}", self.root.display()),
+                ])
+                .args(extra)
+                .output()
+                .unwrap();
+            (out.status.code(), text(&out.stdout))
+        }
+    }
+
+    /// The one line for `check`, asserting there is exactly one failing line and it is it.
+    fn only_failure<'a>(report: &'a str, check: &str) -> &'a str {
+        let failing: Vec<&str> = report.lines().filter(|l| l.starts_with('✗')).collect();
+        assert_eq!(failing.len(), 1, "{report}");
+        assert!(
+            failing[0].starts_with(&format!("✗ {check} ")),
+            "expected {check} to fail:\n{report}"
+        );
+        failing[0]
+    }
+
+    #[test]
+    fn ready_exits_0_with_a_tick_for_every_precondition() {
+        let host = Host::ready();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(0), "{report}");
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "✓ delegate   /etc/cni/net.d/00-multus.conf",
+                "✓ attachment /etc/cni/multus/net.d/05-cilium.conflist",
+                "✓ plugin     \"cilium-cni\" at /opt/cni/bin/cilium-cni",
+                "✓ plugin     \"multus-shim\" at /opt/cni/bin/multus-shim",
+                "✓ recursion  no configuration that loaded names \"cni-guard\"",
+                "✓ first      /etc/cni/net.d/00-cni-guard.conflist sorts first in /etc/cni/net.d",
+                "ready: ADD would proceed now",
+            ]
+        );
+        assert!(
+            !report.contains(host.root.to_str().unwrap()),
+            "host paths shown, not the pod's mount points"
+        );
+    }
+
+    #[test]
+    fn a_missing_delegate_fails_with_code_11() {
+        let host = Host::ready();
+        fs::remove_file(host.path(DELEGATE)).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        // Without the delegate its plugin types are unknown: no plugin line for multus-shim.
+        assert_eq!(
+            only_failure(&report, "delegate"),
+            "✗ delegate   /etc/cni/net.d/00-multus.conf: does not exist"
+        );
+        let last = report.lines().last().unwrap();
+        assert!(
+            last.starts_with("not ready: ADD would be refused with CNI error 11 (try again later)"),
+            "{last}"
+        );
+        assert!(last.contains("/etc/cni/net.d/00-multus.conf"), "{last}");
+    }
+
+    #[test]
+    fn a_missing_or_broken_attachment_fails() {
+        let host = Host::ready();
+        fs::remove_file(host.path(ATTACHMENT)).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert!(only_failure(&report, "attachment")
+            .starts_with("✗ attachment /etc/cni/multus/net.d/05-cilium.conflist: does not exist"));
+
+        host.write(ATTACHMENT, r#"{"cniVersion":"0.3.1","name":"cil"#);
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert!(
+            only_failure(&report, "attachment").contains("not valid JSON"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_missing_plugin_binary_fails() {
+        let host = Host::ready();
+        fs::remove_file(host.path("opt/cni/bin/cilium-cni")).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        let line = only_failure(&report, "plugin");
+        assert!(line.starts_with("✗ plugin     \"cilium-cni\": "), "{line}");
+        assert!(line.contains("/opt/cni/bin"), "{line}");
+        assert!(!line.contains(host.root.to_str().unwrap()), "{line}");
+    }
+
+    #[test]
+    fn a_delegate_that_names_the_guard_is_recursion_code_7() {
+        let host = Host::ready();
+        host.write(
+            DELEGATE,
+            r#"{"cniVersion":"1.0.0","name":"loop","type":"cni-guard"}"#,
+        );
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        let failing: Vec<&str> = report.lines().filter(|l| l.starts_with('✗')).collect();
+        assert_eq!(failing.len(), 2, "{report}");
+        assert!(failing[0].starts_with("✗ delegate   /etc/cni/net.d/00-multus.conf: names"));
+        assert!(failing[1].starts_with("✗ recursion  /etc/cni/net.d/00-multus.conf"));
+        assert!(report
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("not ready: ADD would be refused with CNI error 7 (misconfigured)"));
+    }
+
+    #[test]
+    fn a_config_sorting_before_the_guard_fails() {
+        let host = Host::ready();
+        host.write("etc/cni/net.d/00-aaa.conf", "{}");
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert_eq!(
+            only_failure(&report, "first"),
+            "✗ first      /etc/cni/net.d/00-cni-guard.conflist: 00-aaa.conf sorts before it"
+        );
+        assert!(
+            report.contains("not ready: the guard is not in force"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_missing_guard_conflist_fails() {
+        let host = Host::ready();
+        fs::remove_file(host.path("etc/cni/net.d/00-cni-guard.conflist")).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert!(only_failure(&report, "config")
+            .starts_with("✗ config     /etc/cni/net.d/00-cni-guard.conflist: cannot read"));
+    }
+
+    #[test]
+    fn json_carries_the_same_verdict() {
+        let host = Host::ready();
+        let (code, out) = host.check(&["--json"]);
+        assert_eq!(code, Some(0));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ready"], true);
+        assert_eq!(v["items"].as_array().unwrap().len(), 6);
+
+        fs::remove_file(host.path("opt/cni/bin/multus-shim")).unwrap();
+        let (code, out) = host.check(&["--json"]);
+        assert_eq!(code, Some(1));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ready"], false);
+        assert_eq!(v["code"], 11);
+        let failed: Vec<&serde_json::Value> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["ok"] == false)
+            .collect();
+        assert_eq!(failed.len(), 1, "{out}");
+        assert_eq!(failed[0]["check"], "plugin");
+        assert_eq!(failed[0]["type"], "multus-shim");
+    }
+
+    #[test]
+    fn without_host_root_paths_are_taken_as_they_are() {
+        let host = Host::ready();
+        // A conflist naming the temp paths directly, beside the installed one.
+        let dir = tempfile::tempdir().unwrap();
+        let conflist = dir.path().join("00-cni-guard.conflist");
+        fs::write(
+            &conflist,
+            serde_json::json!({"cniVersion":"1.0.0","name":"g","plugins":[{"type":"cni-guard",
+                "delegate": host.path(DELEGATE), "attachments": [host.path(ATTACHMENT)]}]})
+            .to_string(),
+        )
+        .unwrap();
+        let out = run(&[
+            "check",
+            &format!("--config={}", conflist.display()),
+            &format!("--cni-path={}", host.path("opt/cni/bin").display()),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+        assert!(text(&out.stdout).contains(&host.path(DELEGATE).display().to_string()));
+        assert_eq!(
+            run(&["check"]).status.code(),
+            Some(2),
+            "--config is required"
+        );
+    }
+}
+
+mod cli {
+    use super::*;
+
+    #[test]
+    fn version_names_the_spec_versions() {
+        let out = run(&["--version"]);
+        assert!(out.status.success());
+        let line = text(&out.stdout);
+        assert!(line.starts_with(&format!("cni-guard {}", env!("CARGO_PKG_VERSION"))));
+        for v in ["0.4.0", "1.0.0", "1.1.0"] {
+            assert!(line.contains(v), "{line}");
+        }
+    }
+
+    #[test]
+    fn every_command_has_help_and_unknown_ones_fail_with_2() {
+        for cmd in ["install", "uninstall", "keep", "check"] {
+            let out = run(&[cmd, "--help"]);
+            assert!(out.status.success(), "{cmd} --help");
+            assert!(
+                text(&out.stdout).contains(&format!("cni-guard {cmd}")),
+                "{cmd}: {}",
+                text(&out.stdout)
+            );
+        }
+        assert!(text(&run(&["--help"]).stdout).contains("cni-guard keep"));
+        assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
+        assert_eq!(run(&[]).status.code(), Some(2));
+    }
+}
+
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(program))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| panic!("{program} not found in PATH"))
+}

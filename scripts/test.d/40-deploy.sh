@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# The Kubernetes manifests in deploy/ and the release binary they run, checked offline:
+#  1. every kustomization renders (`kubectl kustomize`);
+#  2. every rendered object passes strict schema validation (kubernetes-validate, from PyPI)
+#     for a current Kubernetes version and an older supported one, and the validator rejects a
+#     broken object (so a pass means something);
+#  3. the rendered DaemonSet does what the docs say (tolerations, priority, probe, resources,
+#     install and keep writing the same conflist, the guide's paths);
+#  4. the exact commands the pods run (install, the readiness probe, uninstall) are run with the
+#     release binary against a temporary host root, /host/... mapped into it;
+#  5. the release binary is statically linked, under 3 MiB, and runs in an empty root.
+#
+# Needs kubectl (with kustomize v5; it is part of this machine's image) and python3 with pip.
+# Under CI=true anything missing is a failure; locally it skips loudly.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+K8S_VERSIONS=(1.37.0 1.33.0)
+VALIDATE_VERSION=1.37.0
+
+missing() {
+  if [ "${CI:-}" = true ]; then
+    echo "40-deploy: FAIL: $1" >&2
+    exit 1
+  fi
+  echo "40-deploy: SKIPPED: $1" >&2
+  exit 0
+}
+
+command -v kubectl >/dev/null || missing "kubectl is not installed (needed for kubectl kustomize)"
+command -v python3 >/dev/null || missing "python3 is not installed"
+if ! command -v file >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq file >/dev/null || { apt-get update -qq && apt-get install -y -qq file; }
+  else
+    missing "file is not installed (apt-get install file)"
+  fi
+fi
+if ! python3 -c 'import kubernetes_validate, yaml' 2>/dev/null ||
+  [ "$(python3 -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))')" != "$VALIDATE_VERSION" ]; then
+  if [ "$(id -u)" = 0 ] || [ -n "${VIRTUAL_ENV:-}" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$VALIDATE_VERSION"
+  else
+    missing "kubernetes-validate==$VALIDATE_VERSION is not installed (pip install it, or run as root)"
+  fi
+fi
+
+BIN=target/release/cni-guard
+if [ ! -x "$BIN" ]; then
+  cargo build --release --locked -p cni-guard
+fi
+
+WORK=$(mktemp -d /tmp/cni-guard-deploy.XXXXXX)
+cleanup() { rm -rf "$WORK"; }
+trap cleanup EXIT
+
+echo "-- render"
+for overlay in base multus-cilium uninstall uninstall-job; do
+  kubectl kustomize "deploy/$overlay" >"$WORK/$overlay.yaml"
+  echo "rendered deploy/$overlay: $(grep -c '^kind:' "$WORK/$overlay.yaml") objects"
+done
+
+echo "-- schema"
+for version in "${K8S_VERSIONS[@]}"; do
+  kubernetes-validate --strict --quiet -k "$version" "$WORK"/*.yaml
+  echo "all objects valid against Kubernetes $version (strict)"
+done
+# The validator must reject a DaemonSet with an unknown field and one with a wrong type.
+sed 's/^\(\s*\)hostNetwork: true/\1hostNetwork: true\n\1hostNetwrk: true/' "$WORK/base.yaml" >"$WORK/broken-field.yml"
+sed 's/^\(\s*\)hostNetwork: true/\1hostNetwork: "yes"/' "$WORK/base.yaml" >"$WORK/broken-type.yml"
+for broken in "$WORK"/broken-*.yml; do
+  if kubernetes-validate --strict --quiet -k "${K8S_VERSIONS[0]}" "$broken" >/dev/null 2>&1; then
+    echo "40-deploy: FAIL: the validator accepted $(basename "$broken")" >&2
+    exit 1
+  fi
+done
+echo "the validator rejects an unknown field and a wrong type"
+
+echo "-- manifests and binary"
+python3 - "$WORK" "$BIN" <<'PY'
+import json, os, shutil, stat, subprocess, sys, yaml
+
+work, binary = sys.argv[1], os.path.abspath(sys.argv[2])
+def load(name):
+    with open(os.path.join(work, name + ".yaml")) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+def one(docs, kind):
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, (kind, found)
+    return found[0]
+def fail(msg):
+    print("40-deploy: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+def flags(args):
+    """--name=value args as (name, value) pairs, in order."""
+    out = []
+    for a in args:
+        name, _, value = a.partition("=")
+        out.append((name, value))
+    return out
+
+GUIDE = {
+    "--delegate": ["/etc/cni/net.d/00-multus.conf"],
+    "--attachment": ["/etc/cni/multus/net.d/05-cilium.conflist"],
+}
+
+for overlay in ["base", "multus-cilium"]:
+    docs = load(overlay)
+    ns = one(docs, "Namespace")
+    check(ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") == "privileged",
+          f"{overlay}: namespace must allow hostPath pods")
+    ds = one(docs, "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    check(spec.get("priorityClassName") == "system-node-critical", f"{overlay}: priority")
+    check(spec.get("hostNetwork") is True, f"{overlay}: hostNetwork")
+    check({"operator": "Exists"} in spec.get("tolerations", []),
+          f"{overlay}: must tolerate every taint (control planes, not-ready nodes)")
+    (install,) = spec["initContainers"]
+    (keep,) = spec["containers"]
+    for c in (install, keep):
+        res = c.get("resources", {})
+        check(res.get("requests") and res.get("limits"), f"{overlay}: {c['name']} resources")
+    check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{overlay}: commands")
+    inst = [f for f in flags(install["args"][1:]) if f[0] != "--bin-dir"]
+    kept = flags(keep["args"][1:])
+    check(inst == kept, f"{overlay}: install and keep must write the same conflist:\n{inst}\n{kept}")
+    probe = keep["readinessProbe"]["exec"]["command"]
+    check(probe[:2] == ["/cni-guard", "check"], f"{overlay}: probe runs check")
+    pf = dict(flags(probe[2:]))
+    kf = dict(kept)
+    check(pf["--config"] == kf["--conf-dir"] + "/" + kf["--conf-name"],
+          f"{overlay}: the probe checks the file keep writes")
+    if overlay == "multus-cilium":
+        for name, want in GUIDE.items():
+            got = [v for n, v in kept if n == name]
+            check(got == want, f"{overlay}: {name} is {got}, the guide says {want}")
+        mounts = {m["mountPath"]: m["name"] for m in keep["volumeMounts"]}
+        vols = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+        check(vols.get(mounts.get("/host/etc/cni/multus/net.d")) == "/etc/cni/multus/net.d",
+              f"{overlay}: the probe needs Cilium's conf dir under /host")
+    # Every /host/... path a command uses is a mount of the same host path.
+    mounts = {m["mountPath"]: m["name"] for c in (install, keep) for m in c["volumeMounts"]}
+    vols = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    for mount, name in mounts.items():
+        check(mount == "/host" + vols[name], f"{overlay}: {mount} mounts {vols[name]}")
+    print(f"{overlay}: DaemonSet settings as documented")
+
+# Run what the pods run, with /host mapped to a temporary host root.
+def run_pod_command(args, root, expect):
+    mapped = [a.replace("/host/", root + "/").replace("=/host", "=" + root) for a in args]
+    if mapped[0] == "/cni-guard":
+        mapped = mapped[1:]
+    proc = subprocess.run([binary] + mapped, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "CNI_COMMAND"})
+    if proc.returncode != expect:
+        fail(f"{' '.join(mapped)}: exit {proc.returncode}, expected {expect}\n"
+             f"{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+def write(path, text, mode=0o644):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+root = os.path.join(work, "host")
+for d in ["opt/cni/bin", "etc/cni/net.d", "etc/cni/multus/net.d", "var/lib/cni/cni-guard"]:
+    os.makedirs(os.path.join(root, d))
+ds = one(load("multus-cilium"), "DaemonSet")["spec"]["template"]["spec"]
+install, keep = ds["initContainers"][0], ds["containers"][0]
+probe = keep["readinessProbe"]["exec"]["command"]
+
+run_pod_command(install["command"] + install["args"], root, 0)
+conflist = json.load(open(os.path.join(root, "etc/cni/net.d/00-cni-guard.conflist")))
+plugin = conflist["plugins"][0]
+check(plugin["type"] == "cni-guard", "conflist type")
+check(plugin["delegate"] == "/etc/cni/net.d/00-multus.conf", "conflist delegate is a host path")
+check(plugin["attachments"] == ["/etc/cni/multus/net.d/05-cilium.conflist"], "conflist attachments")
+check(open(os.path.join(root, "opt/cni/bin/cni-guard"), "rb").read() == open(binary, "rb").read(),
+      "installed binary")
+print("install (as the init container runs it) wrote the guide's conflist and the binary")
+
+out = run_pod_command(probe, root, 1)
+check("00-multus.conf" in out, "the probe names the missing delegate:\n" + out)
+write(os.path.join(root, "etc/cni/net.d/00-multus.conf"),
+      '{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim"}\n')
+write(os.path.join(root, "etc/cni/multus/net.d/05-cilium.conflist"),
+      '{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}\n')
+for plugin_type in ["multus-shim", "cilium-cni"]:
+    write(os.path.join(root, "opt/cni/bin", plugin_type), "#!/bin/sh\nexit 0\n", 0o755)
+run_pod_command(probe, root, 0)
+os.remove(os.path.join(root, "etc/cni/multus/net.d/05-cilium.conflist"))
+out = run_pod_command(probe, root, 1)
+check("05-cilium.conflist" in out, "the probe names the missing attachment:\n" + out)
+print("the readiness probe fails without the delegate or the attachment and passes with both")
+
+(uninstall,) = one(load("uninstall"), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+args = [a for a in uninstall["args"] if a != "--stay"]
+run_pod_command(uninstall["command"] + args, root, 0)
+check(not os.path.exists(os.path.join(root, "etc/cni/net.d/00-cni-guard.conflist")), "conflist removed")
+check(not os.path.exists(os.path.join(root, "opt/cni/bin/cni-guard")), "binary removed")
+check(os.path.exists(os.path.join(root, "etc/cni/net.d/00-multus.conf")), "delegate left alone")
+(job_container,) = one(load("uninstall-job"), "Job")["spec"]["template"]["spec"]["containers"]
+run_pod_command(job_container["command"] + job_container["args"], root, 0)
+print("uninstall (DaemonSet and Job commands) removed the guard and left the delegate")
+PY
+
+echo "-- static binary"
+description=$(file -L "$BIN")
+echo "$description"
+case "$description" in
+  *"statically linked"*) ;;
+  *) echo "40-deploy: FAIL: $BIN is not statically linked" >&2; exit 1 ;;
+esac
+libraries=$(ldd "$BIN" 2>&1 || true)
+case "$libraries" in
+  *"statically linked"* | *"not a dynamic executable"*) ;;
+  *) echo "40-deploy: FAIL: ldd lists shared libraries for $BIN: $libraries" >&2; exit 1 ;;
+esac
+size=$(stat -c %s "$BIN")
+stripped="$WORK/cni-guard.stripped"
+strip -o "$stripped" "$BIN"
+stripped_size=$(stat -c %s "$stripped")
+echo "size: $size bytes; stripped: $stripped_size bytes"
+if [ "$stripped_size" -ge $((3 * 1024 * 1024)) ]; then
+  echo "40-deploy: FAIL: stripped binary is 3 MiB or more" >&2
+  exit 1
+fi
+
+# An empty root, as in a FROM-scratch image: no libc, no /etc, no /proc.
+if [ "$(id -u)" = 0 ]; then
+  empty="$WORK/empty-root"
+  mkdir -p "$empty/opt/cni/bin" "$empty/etc/cni/net.d"
+  cp "$BIN" "$empty/cni-guard"
+  chroot "$empty" /cni-guard --version
+  chroot "$empty" /cni-guard install --binary=/cni-guard --bin-dir=/opt/cni/bin \
+    --conf-dir=/etc/cni/net.d --delegate=/etc/cni/net.d/00-multus.conf
+  cmp "$empty/cni-guard" "$empty/opt/cni/bin/cni-guard"
+  echo "runs and installs in an empty root"
+elif [ "${CI:-}" = true ]; then
+  echo "40-deploy: FAIL: the empty-root run needs root (chroot)" >&2
+  exit 1
+else
+  echo "40-deploy: SKIPPED the empty-root run: needs root (chroot)" >&2
+fi
+echo "40-deploy: all checks passed"

@@ -98,7 +98,7 @@ pub fn add(
     for (i, plugin) in list.plugins.iter().enumerate() {
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-            let out = invoke::run(&binary, Command::Add, &conf)?;
+            let out = invoke::run(&binary, Command::Add, &conf, guard.delegate_timeout)?;
             parse_result(&out, &binary, &list.cni_version)
         });
         match step {
@@ -138,7 +138,7 @@ fn rollback(
     for plugin in list.plugins[..=failed].iter().rev() {
         let ok = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev, &[]);
-            invoke::run(&binary, Command::Del, &conf).map(drop)
+            invoke::run(&binary, Command::Del, &conf, guard.delegate_timeout).map(drop)
         });
         clean &= ok.is_ok();
     }
@@ -152,7 +152,7 @@ pub fn del(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> R
     for plugin in list.plugins.iter().rev() {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        invoke::run(&binary, Command::Del, &conf)?;
+        invoke::run(&binary, Command::Del, &conf, guard.delegate_timeout)?;
     }
     Ok(())
 }
@@ -164,7 +164,7 @@ pub fn check(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) ->
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        invoke::run(&binary, Command::Check, &conf)?;
+        invoke::run(&binary, Command::Check, &conf, guard.delegate_timeout)?;
     }
     Ok(())
 }
@@ -177,7 +177,7 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, None, &[]);
-        invoke::run(&binary, Command::Status, &conf)?;
+        invoke::run(&binary, Command::Status, &conf, guard.delegate_timeout)?;
     }
     Ok(())
 }
@@ -202,7 +202,7 @@ pub fn gc(
                 None,
                 &[("cni.dev/valid-attachments", valid)],
             );
-            invoke::run(&binary, Command::Gc, &conf).map(drop)
+            invoke::run(&binary, Command::Gc, &conf, guard.delegate_timeout).map(drop)
         });
         if let Err(e) = step {
             errors.push(e);

@@ -534,6 +534,49 @@ fn misbehaving_delegates() {
             eprintln!(
                 "misbehaving_delegates: hang: guard waits until killed; delegate died with it"
             );
+            // With a bound of its own (delegateTimeoutSeconds), the guard kills the delegate
+            // itself, answers 999 naming it, and rolls the attachment back.
+            std::fs::remove_file(&pidfile).unwrap();
+            let mut bounded_conf = conf.clone();
+            bounded_conf["delegateTimeoutSeconds"] = json!(1);
+            let bounded = Invocation {
+                config: &bounded_conf,
+                extra_env: vec![("PIDFILE", pidfile.display().to_string())],
+                ..inv
+            };
+            let out = bounded.run(LIMIT);
+            assert_eq!(
+                out.status,
+                Some(1),
+                "hang-bounded: {} {}",
+                out.stdout,
+                out.stderr
+            );
+            let reply: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+            assert_eq!(reply["code"], 999, "hang-bounded: {reply}");
+            assert!(
+                reply["msg"]
+                    .as_str()
+                    .unwrap()
+                    .contains("did not finish within 1s"),
+                "hang-bounded: {reply}"
+            );
+            let delegate_pid: i32 = std::fs::read_to_string(&pidfile)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(
+                eventually(Duration::from_secs(5), || !alive(delegate_pid)),
+                "hang-bounded: the delegate outlived its timeout"
+            );
+            assert!(
+                names(&records).is_empty(),
+                "hang-bounded: rolled back, no record"
+            );
+            eprintln!(
+                "misbehaving_delegates: hang with delegateTimeoutSeconds=1: code 999, delegate killed, rolled back"
+            );
             continue;
         }
         let out = inv.run(LIMIT);

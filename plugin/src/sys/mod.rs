@@ -64,6 +64,12 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Sends a signal; errors (the process is already gone) are of no interest to the caller.
+pub fn kill(pid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill takes plain integers; a pid that is gone only yields ESRCH.
+    unsafe { libc::kill(pid, signal) };
+}
+
 /// Whether a process with this pid exists (for telling a live writer's temp file from a stale one).
 pub fn pid_alive(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.

@@ -1,6 +1,8 @@
 //! The few system calls std does not wrap. Every `unsafe` block of the crate lives under here:
-//! this file for CNI mode, `daemon.rs` for the long-running operator commands.
+//! this file for CNI mode, `at.rs` for the record store's directory-relative calls, `daemon.rs`
+//! for the long-running operator commands.
 
+pub(crate) mod at;
 pub(crate) mod daemon;
 
 use std::ffi::CString;

@@ -9,6 +9,7 @@
 //! because the runtime sees only the guard and a half-made attachment must not wait for a DEL
 //! that a runtime like cnitool never sends.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -29,11 +30,16 @@ pub fn build_config(
     prev_result: Option<&Value>,
     extra: &[(&str, &Value)],
 ) -> Vec<u8> {
-    let mut conf = plugin.clone();
-    conf.insert("name".into(), Value::String(list.name.clone()));
-    conf.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+    // The plugin's own entries are borrowed, not copied: the configuration is only serialized,
+    // and a deep copy of a large one costs more than parsing it did. A BTreeMap keeps the keys
+    // in the order serde_json's Map has them.
+    let mut conf: BTreeMap<&str, &Value> = plugin.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let name = Value::String(list.name.clone());
+    let version = Value::String(list.cni_version.clone());
+    conf.insert("name", &name);
+    conf.insert("cniVersion", &version);
     if let Some(prev) = prev_result {
-        conf.insert("prevResult".into(), prev.clone());
+        conf.insert("prevResult", prev);
     }
     let mut runtime_config = Map::new();
     if let Some(Value::Object(caps)) = plugin.get("capabilities") {
@@ -45,21 +51,25 @@ pub fn build_config(
             }
         }
     }
-    if !runtime_config.is_empty() {
-        conf.insert("runtimeConfig".into(), Value::Object(runtime_config));
+    let runtime_config = Value::Object(runtime_config);
+    if runtime_config.as_object().is_some_and(|m| !m.is_empty()) {
+        conf.insert("runtimeConfig", &runtime_config);
     }
-    if let Some(args) = &guard.args {
-        let mut merged = match conf.remove("args") {
-            Some(Value::Object(own)) => own,
+    let args = guard.args.as_ref().map(|args| {
+        let mut merged = match plugin.get("args") {
+            Some(Value::Object(own)) => own.clone(),
             _ => Map::new(),
         };
         merged.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
-        conf.insert("args".into(), Value::Object(merged));
+        Value::Object(merged)
+    });
+    if let Some(args) = &args {
+        conf.insert("args", args);
     }
     for (k, v) in extra {
-        conf.insert((*k).to_owned(), (*v).clone());
+        conf.insert(k, v);
     }
-    serde_json::to_vec(&Value::Object(conf)).expect("JSON values always serialize")
+    serde_json::to_vec(&conf).expect("JSON values always serialize")
 }
 
 /// When the delegate is one plugin speaking the guard's cniVersion, its output needs no

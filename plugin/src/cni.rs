@@ -263,6 +263,23 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
             _ => return Ok(Done::Empty("nothing-to-do")),
         },
     };
+    // A prevResult the delegate could not be given must not stop the teardown: DEL goes on
+    // without it, as for a runtime that cached nothing.
+    let unusable_prev = cfg
+        .prev_result
+        .as_ref()
+        .and_then(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version).err());
+    let cfg = match unusable_prev {
+        Some(why) => {
+            ctx.warnings
+                .push(format!("invalid prevResult ignored for DEL: {why}"));
+            &GuardConfig {
+                prev_result: None,
+                ..cfg.clone()
+            }
+        }
+        None => cfg,
+    };
     delegate::del(&list, cfg, &req.cni_path)?;
     if let Some(store) = &store {
         if let Err(e) = store.remove(&req.container_id, &req.ifname) {

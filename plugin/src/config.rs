@@ -15,6 +15,9 @@ pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni/cni-guard";
 pub const GUARD_TYPE: &str = "cni-guard";
 /// Upper bound on `waitSeconds`: kubelet gives a whole RunPodSandbox about four minutes.
 pub const MAX_WAIT_SECONDS: f64 = 600.0;
+/// Default bound on one delegate plugin run as a child: under kubelet's four-minute
+/// RunPodSandbox deadline, so the guard answers before the runtime gives up on it.
+pub const DEFAULT_DELEGATE_TIMEOUT_SECONDS: f64 = 220.0;
 
 #[derive(Debug, Clone)]
 pub struct GuardConfig {
@@ -25,6 +28,8 @@ pub struct GuardConfig {
     pub delegate: PathBuf,
     pub attachments: Vec<PathBuf>,
     pub wait: Duration,
+    /// How long one delegate plugin run as a child may take before it is killed.
+    pub delegate_timeout: Duration,
     pub cache_dir: PathBuf,
     /// Refuse delegate and attachment files that others than their owner may write.
     pub strict_permissions: bool,
@@ -155,6 +160,18 @@ impl GuardConfig {
             },
             Some(_) => return Err(invalid("waitSeconds is not a number")),
         };
+        let delegate_timeout = match obj.get("delegateTimeoutSeconds") {
+            None | Some(Value::Null) => Duration::from_secs_f64(DEFAULT_DELEGATE_TIMEOUT_SECONDS),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(s) if s > 0.0 && s <= MAX_WAIT_SECONDS => Duration::from_secs_f64(s),
+                _ => {
+                    return Err(invalid(format!(
+                        "delegateTimeoutSeconds {n} is outside (0, {MAX_WAIT_SECONDS}]"
+                    )))
+                }
+            },
+            Some(_) => return Err(invalid("delegateTimeoutSeconds is not a number")),
+        };
         let cache_dir = match string_field(obj, "cacheDir")? {
             Some(p) => absolute_path("cacheDir", &p)?,
             None => PathBuf::from(DEFAULT_CACHE_DIR),
@@ -187,6 +204,7 @@ impl GuardConfig {
             delegate,
             attachments,
             wait,
+            delegate_timeout,
             cache_dir,
             strict_permissions,
             runtime_config,
@@ -338,6 +356,8 @@ mod tests {
             ("waitSeconds", json!(-1), 7),
             ("waitSeconds", json!("5"), 7),
             ("waitSeconds", json!(1e9), 7),
+            ("delegateTimeoutSeconds", json!(0), 7),
+            ("delegateTimeoutSeconds", json!("9"), 7),
             ("cacheDir", json!("var/lib"), 7),
             ("name", json!("../etc"), 7),
             ("prevResult", json!("x"), 7),

@@ -9,6 +9,7 @@
 //! because the runtime sees only the guard and a half-made attachment must not wait for a DEL
 //! that a runtime like cnitool never sends.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -29,11 +30,16 @@ pub fn build_config(
     prev_result: Option<&Value>,
     extra: &[(&str, &Value)],
 ) -> Vec<u8> {
-    let mut conf = plugin.clone();
-    conf.insert("name".into(), Value::String(list.name.clone()));
-    conf.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+    // The plugin's own entries are borrowed, not copied: the configuration is only serialized,
+    // and a deep copy of a large one costs more than parsing it did. A BTreeMap keeps the keys
+    // in the order serde_json's Map has them.
+    let mut conf: BTreeMap<&str, &Value> = plugin.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let name = Value::String(list.name.clone());
+    let version = Value::String(list.cni_version.clone());
+    conf.insert("name", &name);
+    conf.insert("cniVersion", &version);
     if let Some(prev) = prev_result {
-        conf.insert("prevResult".into(), prev.clone());
+        conf.insert("prevResult", prev);
     }
     let mut runtime_config = Map::new();
     if let Some(Value::Object(caps)) = plugin.get("capabilities") {
@@ -45,21 +51,25 @@ pub fn build_config(
             }
         }
     }
-    if !runtime_config.is_empty() {
-        conf.insert("runtimeConfig".into(), Value::Object(runtime_config));
+    let runtime_config = Value::Object(runtime_config);
+    if runtime_config.as_object().is_some_and(|m| !m.is_empty()) {
+        conf.insert("runtimeConfig", &runtime_config);
     }
-    if let Some(args) = &guard.args {
-        let mut merged = match conf.remove("args") {
-            Some(Value::Object(own)) => own,
+    let args = guard.args.as_ref().map(|args| {
+        let mut merged = match plugin.get("args") {
+            Some(Value::Object(own)) => own.clone(),
             _ => Map::new(),
         };
         merged.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
-        conf.insert("args".into(), Value::Object(merged));
+        Value::Object(merged)
+    });
+    if let Some(args) = &args {
+        conf.insert("args", args);
     }
     for (k, v) in extra {
-        conf.insert((*k).to_owned(), (*v).clone());
+        conf.insert(k, v);
     }
-    serde_json::to_vec(&Value::Object(conf)).expect("JSON values always serialize")
+    serde_json::to_vec(&conf).expect("JSON values always serialize")
 }
 
 /// When the delegate is one plugin speaking the guard's cniVersion, its output needs no
@@ -98,7 +108,7 @@ pub fn add(
     for (i, plugin) in list.plugins.iter().enumerate() {
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-            let out = invoke::run(&binary, Command::Add, &conf)?;
+            let out = invoke::run(&binary, Command::Add, &conf, guard.delegate_timeout)?;
             parse_result(&out, &binary, &list.cni_version)
         });
         match step {
@@ -138,7 +148,7 @@ fn rollback(
     for plugin in list.plugins[..=failed].iter().rev() {
         let ok = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev, &[]);
-            invoke::run(&binary, Command::Del, &conf).map(drop)
+            invoke::run(&binary, Command::Del, &conf, guard.delegate_timeout).map(drop)
         });
         clean &= ok.is_ok();
     }
@@ -152,7 +162,7 @@ pub fn del(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> R
     for plugin in list.plugins.iter().rev() {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        invoke::run(&binary, Command::Del, &conf)?;
+        invoke::run(&binary, Command::Del, &conf, guard.delegate_timeout)?;
     }
     Ok(())
 }
@@ -164,7 +174,7 @@ pub fn check(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) ->
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        invoke::run(&binary, Command::Check, &conf)?;
+        invoke::run(&binary, Command::Check, &conf, guard.delegate_timeout)?;
     }
     Ok(())
 }
@@ -177,7 +187,7 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, None, &[]);
-        invoke::run(&binary, Command::Status, &conf)?;
+        invoke::run(&binary, Command::Status, &conf, guard.delegate_timeout)?;
     }
     Ok(())
 }
@@ -202,7 +212,7 @@ pub fn gc(
                 None,
                 &[("cni.dev/valid-attachments", valid)],
             );
-            invoke::run(&binary, Command::Gc, &conf).map(drop)
+            invoke::run(&binary, Command::Gc, &conf, guard.delegate_timeout).map(drop)
         });
         if let Err(e) = step {
             errors.push(e);

@@ -9,6 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 use crate::error::{code, Error};
 use crate::request;
@@ -55,8 +57,14 @@ pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, S
 /// Runs a plugin as a child and returns its stdout on success.
 ///
 /// A plugin that fails with the spec's error JSON on stdout fails with that error unchanged;
-/// one that crashes, is killed or prints something else fails with code 999 naming it.
-pub fn run(plugin: &Path, verb: request::Command, config: &[u8]) -> Result<Vec<u8>, Error> {
+/// one that crashes, is killed, prints something else or outlives `timeout` (it is then
+/// killed) fails with code 999 naming it.
+pub fn run(
+    plugin: &Path,
+    verb: request::Command,
+    config: &[u8],
+    timeout: Duration,
+) -> Result<Vec<u8>, Error> {
     let stdin = sys::memfd_with(config).map_err(|e| {
         Error::new(
             code::IO_FAILURE,
@@ -74,13 +82,40 @@ pub fn run(plugin: &Path, verb: request::Command, config: &[u8]) -> Result<Vec<u
     unsafe {
         cmd.pre_exec(move || sys::die_with_parent(parent));
     }
-    let out = cmd.output().map_err(|e| {
+    let cannot_run = |e: std::io::Error| {
         Error::new(
             code::INTERNAL,
             format!("cannot run plugin {}: {e}", plugin.display()),
             "",
         )
-    })?;
+    };
+    let child = cmd.spawn().map_err(cannot_run)?;
+    // A watchdog bounds the wait: it kills the delegate unless told within `timeout` that the
+    // delegate has finished.
+    let pid = child.id() as libc::pid_t;
+    let (finished, finished_rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let expired = finished_rx.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout);
+        if expired {
+            sys::kill(pid, libc::SIGKILL);
+        }
+        expired
+    });
+    let out = child.wait_with_output();
+    drop(finished);
+    let expired = watchdog.join().unwrap_or(false);
+    let out = out.map_err(cannot_run)?;
+    if expired {
+        return Err(Error::new(
+            code::INTERNAL,
+            format!(
+                "plugin {} did not finish within {}s and was killed",
+                plugin.display(),
+                timeout.as_secs_f64()
+            ),
+            "",
+        ));
+    }
     if out.status.success() {
         return Ok(out.stdout);
     }
@@ -134,6 +169,8 @@ pub fn as_cni_error(stdout: &[u8]) -> Option<Error> {
 mod tests {
     use super::*;
 
+    const T: Duration = Duration::from_secs(30);
+
     fn script(dir: &Path, name: &str, body: &str, mode: u32) -> PathBuf {
         let p = dir.join(name);
         std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -164,7 +201,7 @@ mod tests {
     fn run_passes_stdin_and_reads_stdout() {
         let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "echo", "echo \"$CNI_COMMAND\"; cat", 0o755);
-        let out = run(&p, request::Command::Del, b"{\"x\":1}").unwrap();
+        let out = run(&p, request::Command::Del, b"{\"x\":1}", T).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "DEL\n{\"x\":1}");
     }
 
@@ -178,15 +215,28 @@ mod tests {
             0o755,
         );
         assert_eq!(
-            run(&p, request::Command::Add, b"{}").unwrap_err().code(),
+            run(&p, request::Command::Add, b"{}", T).unwrap_err().code(),
             42
         );
         let p = script(d.path(), "crash", "echo garbage; exit 3", 0o755);
-        let e = run(&p, request::Command::Add, b"{}").unwrap_err();
+        let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
         assert_eq!(e.code(), 999);
         assert!(e.msg().contains("status 3"), "{}", e.msg());
         let p = script(d.path(), "killed", "kill -9 $$", 0o755);
-        let e = run(&p, request::Command::Add, b"{}").unwrap_err();
+        let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
         assert!(e.msg().contains("signal 9"), "{}", e.msg());
+    }
+
+    #[test]
+    fn run_kills_a_delegate_that_outlives_its_timeout() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "hang", "exec sleep 60", 0o755);
+        let e = run(&p, request::Command::Add, b"{}", Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.code(), 999);
+        assert!(
+            e.msg().contains("did not finish within 0.2s"),
+            "{}",
+            e.msg()
+        );
     }
 }

@@ -75,10 +75,12 @@ impl NetworkConfig {
                 "is not valid JSON (perhaps still being written): {e}"
             ))
         })?;
-        let Value::Object(obj) = value else {
+        if !value.is_object() {
             return Err(Problem::retry("is not a JSON object"));
-        };
-        if mentions_type(&Value::Object(obj.clone()), own_type) {
+        }
+        // Checked on the parsed value itself: a copy of a large configuration costs more than
+        // parsing it did.
+        if mentions_type(&value, own_type) {
             return Err(Problem {
                 reason: format!(
                     "names the {own_type:?} plugin itself: the guard would call itself (point the delegate at the real network, not at the guard's own configuration)"
@@ -86,6 +88,9 @@ impl NetworkConfig {
                 fatal: true,
             });
         }
+        let Value::Object(obj) = value else {
+            unreachable!("checked above");
+        };
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         let is_list = match ext {
             "conflist" => true,

@@ -171,6 +171,7 @@ fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>, String> {
     if let Some(dns) = obj.get("dns") {
         out.insert("dns".into(), dns.clone());
     }
+    check_shape(&out)?;
     Ok(out)
 }
 
@@ -249,5 +250,10 @@ mod tests {
         assert!(convert_result(&json!({"cniVersion":"x"}), "1.0.0", "1.0.0").is_err());
         assert!(convert_result(&json!({"dns":[]}), "1.0.0", "1.0.0").is_err());
         assert!(convert_result(&json!({}), "1.0.0", "0.2.0").is_err());
+        // Found by fuzzing: a 0.2.0 result must meet the same shape rules as newer ones.
+        let bad020 = json!({"cniVersion":"0.2.0","ip4":{"ip":"10.0.0.5/24","routes":[1,"x"]}});
+        assert!(convert_result(&bad020, "0.2.0", "1.0.0").is_err());
+        let bad_dns = json!({"cniVersion":"0.2.0","dns":"not-an-object"});
+        assert!(convert_result(&bad_dns, "0.2.0", "1.0.0").is_err());
     }
 }

@@ -20,12 +20,17 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     }
     let deadline = Instant::now() + cfg.wait;
     let mut report = report;
+    // One instance for the whole wait: adding a watch again is harmless, and every instance
+    // dropped would cost a close.
+    let inotify = Inotify::new().ok();
     loop {
         let now = Instant::now();
         if now >= deadline {
             return report;
         }
-        let watcher = watch(&report, cni_path);
+        let watching = inotify
+            .as_ref()
+            .is_some_and(|i| watch(i, &report, cni_path));
         // Check again after the watches are in place: a file that arrived between the last check
         // and the watch would otherwise be missed until the deadline.
         report = readiness::check(cfg, cni_path);
@@ -33,13 +38,13 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
             return report;
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        match &watcher {
-            Some(w) => {
+        match (&inotify, watching) {
+            (Some(w), true) => {
                 if w.wait(left).is_err() {
                     std::thread::sleep(left.min(FALLBACK_STEP));
                 }
             }
-            None => std::thread::sleep(left.min(FALLBACK_STEP)),
+            _ => std::thread::sleep(left.min(FALLBACK_STEP)),
         }
         report = readiness::check(cfg, cni_path);
         if done(&report) {
@@ -52,9 +57,9 @@ fn done(report: &Report) -> bool {
     report.ready() || report.failures().any(|f| f.fatal)
 }
 
-/// Watches the directories that matter, or the nearest ancestor that exists.
-fn watch(report: &Report, cni_path: &[PathBuf]) -> Option<Inotify> {
-    let inotify = Inotify::new().ok()?;
+/// Watches the directories that matter, or the nearest ancestor that exists. False when some
+/// directory has no watchable ancestor (then the caller falls back to sleeping).
+fn watch(inotify: &Inotify, report: &Report, cni_path: &[PathBuf]) -> bool {
     for dir in report.watch_dirs(cni_path) {
         let mut cur: &Path = &dir;
         loop {
@@ -63,11 +68,11 @@ fn watch(report: &Report, cni_path: &[PathBuf]) -> Option<Inotify> {
             }
             match cur.parent() {
                 Some(p) => cur = p,
-                None => return None,
+                None => return false,
             }
         }
     }
-    Some(inotify)
+    true
 }
 
 #[cfg(test)]

@@ -633,6 +633,33 @@ mod del {
     }
 
     #[test]
+    fn a_malformed_prev_result_does_not_stop_teardown() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.0.0");
+        fx.answer("bridge", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({}));
+        fx.run("ADD", &conf).ok();
+        for prev in [
+            json!({"ips":"x"}),
+            json!({"ips":[{}]}),
+            json!({"cniVersion":"x.y"}),
+        ] {
+            let mut del = conf.clone();
+            del["prevResult"] = prev;
+            let r = fx.run("DEL", &del);
+            r.ok();
+            assert!(r.stderr.contains("invalid prevResult"), "{}", r.stderr);
+            assert!(fx.received("bridge", "DEL").get("prevResult").is_none());
+        }
+        assert_eq!(
+            fx.calls(),
+            ["bridge ADD", "bridge DEL", "bridge DEL", "bridge DEL"]
+        );
+        assert!(fx.cache_files().is_empty());
+    }
+
+    #[test]
     fn a_0_3_1_delegate_gets_no_prev_result_on_del() {
         let fx = Fx::new();
         fx.plugin("bridge");

@@ -1,6 +1,8 @@
 //! The few system calls std does not wrap. Every `unsafe` block of the crate lives under here:
-//! this file for CNI mode, `daemon.rs` for the long-running operator commands.
+//! this file for CNI mode, `at.rs` for the record store's directory-relative calls, `daemon.rs`
+//! for the long-running operator commands.
 
+pub(crate) mod at;
 pub(crate) mod daemon;
 
 use std::ffi::CString;
@@ -64,6 +66,12 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Sends a signal; errors (the process is already gone) are of no interest to the caller.
+pub fn kill(pid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill takes plain integers; a pid that is gone only yields ESRCH.
+    unsafe { libc::kill(pid, signal) };
+}
+
 /// Whether a process with this pid exists (for telling a live writer's temp file from a stale one).
 pub fn pid_alive(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
@@ -72,8 +80,17 @@ pub fn pid_alive(pid: libc::pid_t) -> bool {
 }
 
 /// An inotify instance watching directories for entries appearing, changing or going.
+///
+/// The last close of an inotify instance that has watches waits in the kernel for the watches
+/// to be retired (an SRCU grace period: about 20 ms, up to 70 ms under load, measured here).
+/// The guard must not pay that between the delegate appearing and running it, so a detached
+/// helper process holds a second reference and makes the last close in the background: the
+/// guard's own close is then immediate.
 pub struct Inotify {
+    // Dropped in declaration order: the guard's reference first, then the pipe whose closing
+    // tells the helper to drop the last one.
     fd: OwnedFd,
+    _helper: Option<OwnedFd>,
 }
 
 impl Inotify {
@@ -84,8 +101,12 @@ impl Inotify {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd was just returned by inotify_init1 and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Without a helper the close is merely slow, not wrong.
+        let helper = hold_last_reference(fd.as_raw_fd()).ok();
         Ok(Inotify {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
+            _helper: helper,
         })
     }
 
@@ -145,6 +166,78 @@ impl Inotify {
         }
         Ok(true)
     }
+}
+
+/// Starts a detached process holding a reference to `fd` until the returned pipe end is closed
+/// (or the guard dies), so that the guard's own close of `fd` is never the last one.
+///
+/// Double fork: the helper is orphaned at once (re-parented to init or the runtime's subreaper),
+/// so it never becomes a child of the delegate the guard execs. The intermediate process closes
+/// every descriptor but `fd` and the pipe before forking the helper, so the helper never holds
+/// the runtime's stdin/stdout/stderr pipes open.
+fn hold_last_reference(fd: libc::c_int) -> io::Result<OwnedFd> {
+    let mut p = [0 as libc::c_int; 2];
+    // SAFETY: p has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just returned by pipe2 and are owned by nobody else.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let r = read_end.as_raw_fd();
+    // SAFETY: between fork and _exit the children call only async-signal-safe functions
+    // (close_range, close, fork, read, _exit) and touch no memory the parent owns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: as above; only system calls on descriptors, then _exit.
+        unsafe {
+            let (low, high) = (fd.min(r), fd.max(r));
+            for (first, last) in [
+                (0, low - 1),
+                (low + 1, high - 1),
+                (high + 1, libc::c_int::MAX),
+            ] {
+                if first > last {
+                    continue;
+                }
+                // close_range (Linux 5.9+) is one call however high RLIMIT_NOFILE is.
+                if libc::syscall(
+                    libc::SYS_close_range,
+                    first as libc::c_uint,
+                    last as libc::c_uint,
+                    0,
+                ) != 0
+                {
+                    let top = libc::sysconf(libc::_SC_OPEN_MAX).clamp(64, 65536) as libc::c_int;
+                    for other in first..=last.min(top) {
+                        libc::close(other);
+                    }
+                }
+            }
+            if libc::fork() == 0 {
+                let mut b = 0u8;
+                // EOF once every write end is closed: the guard's, at its close or its death.
+                while libc::read(r, (&mut b as *mut u8).cast(), 1) != 0 {
+                    if *libc::__errno_location() != libc::EINTR {
+                        break;
+                    }
+                }
+                libc::_exit(0);
+            }
+            libc::_exit(0);
+        }
+    }
+    drop(read_end);
+    let mut status = 0;
+    // SAFETY: pid is our child; status is valid for writing.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    Ok(write_end)
 }
 
 #[cfg(test)]

@@ -1,0 +1,355 @@
+//! Suite 3: the reboot race on containerd itself. A flapper deletes and rewrites `00-multus.conf`
+//! in containerd's conf dir the way the Multus daemon does on each restart, while pod sandboxes
+//! are created (and later torn down) concurrently through the CRI. containerd picks, reloads and
+//! runs the config itself; we only count what each sandbox got.
+//!
+//! Layout (as on the incident's nodes): `05-cilium.conflist` (a bridge standing in for Cilium),
+//! `00-multus.conf` (the `mini-multus` stand-in: `eth0` from 05-cilium, `net1` from a VLAN
+//! attachment outside the conf dir), and with the guard `00-cni-guard.conflist` first.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use containerd_conformance::cni::{
+    self, as_conf, as_conflist, bridge_network, mini_multus_conf, write_atomically,
+};
+use containerd_conformance::containerd::cni_results_for;
+use containerd_conformance::cri::RuntimeClient;
+use containerd_conformance::netns::interfaces_in;
+use containerd_conformance::{prereq, start_containerd, Containerd};
+use serde_json::Value;
+
+const SANDBOXES: usize = 200;
+const CONCURRENCY: usize = 6;
+/// The delegate is absent a third of the time.
+const ABSENT: Duration = Duration::from_millis(40);
+const PRESENT: Duration = Duration::from_millis(80);
+
+/// Deletes and rewrites a config file until stopped; leaves it present.
+struct Flapper {
+    stop: Arc<AtomicBool>,
+    flaps: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flapper {
+    fn start(dir: &Path, name: &'static str, doc: Value) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flaps = Arc::new(AtomicUsize::new(0));
+        let dir = dir.to_owned();
+        let thread = {
+            let (stop, flaps) = (stop.clone(), flaps.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    // The Multus daemon removes its file on shutdown ...
+                    std::fs::remove_file(dir.join(name)).expect("remove delegate");
+                    std::thread::sleep(ABSENT);
+                    // ... and writes it again when it starts.
+                    write_atomically(&dir, name, &doc).expect("write delegate");
+                    flaps.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(PRESENT);
+                }
+            })
+        };
+        Self {
+            stop,
+            flaps,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(&mut self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("flapper");
+        }
+        self.flaps.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Flapper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Full,
+    Bare,
+    Refused,
+}
+
+struct Created {
+    name: String,
+    id: Option<String>,
+    outcome: Outcome,
+}
+
+/// What the networks look like once every sandbox is stopped and removed.
+struct Leaks {
+    cluster: Vec<String>,
+    vlan: Vec<String>,
+    records: usize,
+    cni_cache: usize,
+    sandboxes: usize,
+}
+
+impl Leaks {
+    fn total(&self) -> usize {
+        self.cluster.len() + self.vlan.len() + self.records + self.cni_cache + self.sandboxes
+    }
+}
+
+struct Layout {
+    conf_dir: PathBuf,
+    ipam: PathBuf,
+    cache: PathBuf,
+    multus: Value,
+}
+
+fn layout(ctrd: &Containerd, guard: bool) -> Layout {
+    let conf_dir = ctrd.conf_dir();
+    let ipam = ctrd.scratch("ipam");
+    let cache = ctrd.scratch("guard-cache");
+    let attach = ctrd.scratch("attachments");
+    let cilium = bridge_network("cilium", "cg-cil0", "10.90.0.0/16", &ipam);
+    let vlan = bridge_network("vlan", "cg-vlan0", "10.91.0.0/16", &ipam);
+    let cluster = conf_dir.join("05-cilium.conflist");
+    let vlan_conf = attach.join("10-vlan.conf");
+    write_atomically(&conf_dir, "05-cilium.conflist", &as_conflist(&cilium)).unwrap();
+    write_atomically(&attach, "10-vlan.conf", &as_conf(&vlan)).unwrap();
+    let multus = mini_multus_conf(&cluster, std::slice::from_ref(&vlan_conf));
+    write_atomically(&conf_dir, "00-multus.conf", &multus).unwrap();
+    if guard {
+        let guard_conf = cni::guard_conflist(
+            &conf_dir.join("00-multus.conf"),
+            &[cluster, vlan_conf],
+            0,
+            &cache,
+        );
+        write_atomically(&conf_dir, "00-cni-guard.conflist", &guard_conf).unwrap();
+    }
+    Layout {
+        conf_dir,
+        ipam,
+        cache,
+        multus,
+    }
+}
+
+async fn create(cri: RuntimeClient, name: String, attempt: u32) -> Created {
+    match cri
+        .run_pod_sandbox(containerd_conformance::cri::pod_config(
+            &name, "race", attempt,
+        ))
+        .await
+    {
+        Ok(id) => {
+            let netns = cri
+                .sandbox_netns(&id)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{id}: no netns"));
+            let ifaces = tokio::task::spawn_blocking(move || interfaces_in(&netns))
+                .await
+                .unwrap()
+                .unwrap();
+            let mut names: Vec<String> = ifaces.into_iter().map(|i| i.name).collect();
+            names.sort();
+            let outcome = match names.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["eth0", "net1"] => Outcome::Full,
+                ["eth0"] => Outcome::Bare,
+                _ => panic!("sandbox {id} has unexpected interfaces {names:?}"),
+            };
+            Created {
+                name,
+                id: Some(id),
+                outcome,
+            }
+        }
+        Err(e) => {
+            let msg = e.message();
+            assert!(
+                msg.contains("plugin type=\"cni-guard\" failed (add)")
+                    && msg.contains("00-multus.conf"),
+                "{name}: RunPodSandbox failed, but not by the guard's refusal: {msg}"
+            );
+            Created {
+                name,
+                id: None,
+                outcome: Outcome::Refused,
+            }
+        }
+    }
+}
+
+async fn create_all(cri: &RuntimeClient, names: Vec<String>, attempt: u32) -> Vec<Created> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let mut tasks = Vec::new();
+    for name in names {
+        let (cri, limit) = (cri.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            create(cri, name, attempt).await
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("create task"));
+    }
+    out
+}
+
+async fn remove_all(cri: &RuntimeClient, ids: Vec<String>) -> Vec<String> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let mut tasks = Vec::new();
+    for id in ids {
+        let (cri, limit) = (cri.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            let mut errors = Vec::new();
+            if let Err(e) = cri.stop_pod_sandbox(&id).await {
+                errors.push(format!("stop {id}: {}", e.message()));
+            }
+            if let Err(e) = cri.remove_pod_sandbox(&id).await {
+                errors.push(format!("remove {id}: {}", e.message()));
+            }
+            errors
+        }));
+    }
+    let mut errors = Vec::new();
+    for t in tasks {
+        errors.extend(t.await.expect("remove task"));
+    }
+    errors
+}
+
+fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usize, usize, Leaks) {
+    let ctrd = start_containerd(&[("cni-guard", guard_bin), ("mini-multus", mini_multus)]);
+    let l = layout(&ctrd, guard);
+    ctrd.wait_network_ready(crate::common::NETWORK_READY)
+        .unwrap();
+    let cri = ctrd.cri();
+    let on = if guard { "on" } else { "off" };
+
+    // 1. Sandboxes created while the Multus file flaps.
+    let started = Instant::now();
+    let mut flapper = Flapper::start(&l.conf_dir, "00-multus.conf", l.multus.clone());
+    let names: Vec<String> = (0..SANDBOXES).map(|i| format!("pod-{i:03}")).collect();
+    let created = ctrd.block_on(create_all(&cri, names, 0));
+    let flaps = flapper.stop();
+    let count = |o: Outcome| created.iter().filter(|c| c.outcome == o).count();
+    let (full, bare, refused) = (
+        count(Outcome::Full),
+        count(Outcome::Bare),
+        count(Outcome::Refused),
+    );
+    println!(
+        "race guard={on}: {SANDBOXES} sandboxes in {:?} over {flaps} flaps: full={full} bare={bare} refused={refused}",
+        started.elapsed()
+    );
+
+    // 2. kubelet retries the refused ones once the file is back: every one must come up full.
+    let retry: Vec<String> = created
+        .iter()
+        .filter(|c| c.outcome == Outcome::Refused)
+        .map(|c| c.name.clone())
+        .collect();
+    let retried = ctrd.block_on(create_all(&cri, retry, 1));
+    for r in &retried {
+        assert_eq!(
+            r.outcome,
+            Outcome::Full,
+            "{} on retry: {:?}",
+            r.name,
+            r.outcome
+        );
+    }
+
+    // 3. Teardown while the file flaps again (kubelet stops pods during the same restarts):
+    //    containerd runs DEL with whatever config it has loaded at that moment.
+    let ids: Vec<String> = created
+        .iter()
+        .chain(&retried)
+        .filter_map(|c| c.id.clone())
+        .collect();
+    let mut flapper = Flapper::start(&l.conf_dir, "00-multus.conf", l.multus.clone());
+    let errors = ctrd.block_on(remove_all(&cri, ids.clone()));
+    flapper.stop();
+    let leftover = ctrd.block_on(cri.list_pod_sandbox()).unwrap();
+    let leaks = Leaks {
+        cluster: cni::reservations(&l.ipam, "cilium"),
+        vlan: cni::reservations(&l.ipam, "vlan"),
+        records: cni::guard_records(&l.cache).len(),
+        cni_cache: ids.iter().map(|id| cni_results_for(id).len()).sum(),
+        sandboxes: leftover.len(),
+    };
+    println!(
+        "race-leaks runtime=containerd guard={on} cluster={} vlan={} records={} cni-cache={} sandboxes={} teardown-errors={}",
+        leaks.cluster.len(),
+        leaks.vlan.len(),
+        leaks.records,
+        leaks.cni_cache,
+        leaks.sandboxes,
+        errors.len()
+    );
+    for e in errors.iter().take(5) {
+        println!("  teardown error: {e}");
+    }
+    if guard {
+        assert!(
+            errors.is_empty(),
+            "teardown through the guard failed: {errors:?}"
+        );
+    }
+    (SANDBOXES, full, refused, bare, leaks)
+}
+
+fn binaries(suite: &str) -> Option<(PathBuf, PathBuf)> {
+    if !prereq::can_run(suite) {
+        return None;
+    }
+    let guard = prereq::binary(suite, "CNI_GUARD_BIN", "cni-guard")?;
+    let mini_multus = prereq::binary(suite, "MINI_MULTUS_BIN", "mini-multus")?;
+    Some((guard, mini_multus))
+}
+
+#[test]
+#[ignore = "needs root and containerd: run by scripts/test.d/30-containerd.sh"]
+fn reboot_race_on_containerd() {
+    let Some((guard, mini_multus)) = binaries("reboot_race_on_containerd") else {
+        return;
+    };
+    for on in race_runs() {
+        let (n, full, refused, bare, leaks) = race(&guard, &mini_multus, on);
+        let leaked = leaks.total();
+        println!(
+            "race-summary runtime=containerd guard={} sandboxes={n} full={full} refused={refused} bare={bare} leaked={leaked}",
+            if on { "on" } else { "off" }
+        );
+        assert_eq!(full + refused + bare, n);
+        if on {
+            assert_eq!(bare, 0, "the guard let bare sandboxes through");
+            assert_eq!(
+                leaked, 0,
+                "left after teardown: cluster {:?} vlan {:?} records {} cache {} sandboxes {}",
+                leaks.cluster, leaks.vlan, leaks.records, leaks.cni_cache, leaks.sandboxes
+            );
+        } else {
+            assert!(
+                bare > 0,
+                "the race was not reproduced: no bare sandbox without the guard"
+            );
+        }
+    }
+}
+
+fn race_runs() -> Vec<bool> {
+    match std::env::var("RACE_ONLY").as_deref() {
+        Ok("off") => vec![false],
+        Ok("on") => vec![true],
+        _ => vec![false, true],
+    }
+}

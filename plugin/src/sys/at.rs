@@ -1,0 +1,165 @@
+//! The `*at` system calls std does not wrap, on directory descriptors: how the record store
+//! opens, creates, renames and locks files without following symlinks.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+fn cstr(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn dirfd(dir: Option<&OwnedFd>) -> RawFd {
+    dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd)
+}
+
+fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Opens a directory, refusing a symlink in the last component.
+pub fn open_dir(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
+    let c = cstr(name)?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: c is a valid C string; the flags need no further arguments.
+    owned(unsafe { libc::openat(dirfd(dir), c.as_ptr(), flags) })
+}
+
+pub fn mkdir(dir: &OwnedFd, name: &OsStr, mode: libc::mode_t) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: c is a valid C string; dir is an open directory.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) })
+}
+
+/// Creates a new file; fails if anything (a symlink included) has the name.
+pub fn create_new(dir: &OwnedFd, name: &OsStr, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    let c = cstr(name)?;
+    // Readable too: the writer keeps it as its lock and may read the record back through it.
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: c is a valid C string; O_CREAT takes the mode as third argument.
+    owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, libc::c_uint::from(mode)) })
+}
+
+/// Opens (creating if missing) a file to lock. Read-only, so an existing record can be
+/// locked on a read-only file system; non-blocking, so a planted FIFO cannot hang us.
+pub fn open_lock(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
+    let c = cstr(name)?;
+    let flags = libc::O_RDONLY
+        | libc::O_CREAT
+        | libc::O_NOFOLLOW
+        | libc::O_NONBLOCK
+        | libc::O_NOCTTY
+        | libc::O_CLOEXEC;
+    // SAFETY: c is a valid C string; O_CREAT takes the mode as third argument.
+    owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o600 as libc::c_uint) })
+}
+
+pub fn unlink(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: c is a valid C string; dir is an open directory.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) })
+}
+
+pub fn rename(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    let d = dir.as_raw_fd();
+    // SAFETY: f and t are valid C strings; d is an open directory.
+    check(unsafe { libc::renameat(d, f.as_ptr(), d, t.as_ptr()) })
+}
+
+pub fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open; st is writable.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// `stat` of a name in a directory, not following a symlink.
+pub fn lstat(dir: &OwnedFd, name: &OsStr) -> io::Result<libc::stat> {
+    let c = cstr(name)?;
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid C string; st is writable; dir is an open directory.
+    check(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(st)
+}
+
+/// An exclusive `flock`, retried when a signal interrupts the wait.
+pub fn flock(fd: &OwnedFd, blocking: bool) -> io::Result<()> {
+    let op = if blocking {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    loop {
+        // SAFETY: fd is open; op is a valid flock operation.
+        match check(unsafe { libc::flock(fd.as_raw_fd(), op) }) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+pub fn set_cloexec(fd: &OwnedFd, on: bool) -> io::Result<()> {
+    // SAFETY: fd is open; F_GETFD takes no argument.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+    check(flags)?;
+    let flags = if on {
+        flags | libc::FD_CLOEXEC
+    } else {
+        flags & !libc::FD_CLOEXEC
+    };
+    // SAFETY: fd is open; F_SETFD takes an int of descriptor flags.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags) })
+}
+
+/// Reads a whole file from offset 0 (up to `max` bytes), whatever the descriptor's position.
+pub fn pread_all(fd: &OwnedFd, max: u64, out: &mut Vec<u8>) -> io::Result<()> {
+    let mut buf = [0u8; 8192];
+    let mut off: u64 = 0;
+    while off < max {
+        // SAFETY: buf is writable for its length; fd is open.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                off as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+        off += n as u64;
+    }
+    Ok(())
+}

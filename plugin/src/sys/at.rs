@@ -53,6 +53,41 @@ pub fn create_new(dir: &OwnedFd, name: &OsStr, mode: libc::mode_t) -> io::Result
     owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, libc::c_uint::from(mode)) })
 }
 
+/// Creates an unnamed file in `dir` (`O_TMPFILE`), to be written and locked before
+/// [`link_into`] gives it a name. Fails with `EOPNOTSUPP` (or `EISDIR`, `EINVAL` on old
+/// kernels) where the file system cannot.
+pub fn create_unnamed(dir: &OwnedFd, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC;
+    // SAFETY: "." is a valid C string; O_TMPFILE takes the mode as third argument.
+    owned(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            flags,
+            libc::c_uint::from(mode),
+        )
+    })
+}
+
+/// Gives an unnamed file its name in `dir`; fails with `EEXIST` if the name is taken (by
+/// anything, a symlink included). Through `/proc/self/fd`, which needs no capability, unlike
+/// `AT_EMPTY_PATH`.
+pub fn link_into(fd: &OwnedFd, dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let c = cstr(name)?;
+    let proc_path =
+        CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number");
+    // SAFETY: both are valid C strings; the directory descriptor is open.
+    check(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc_path.as_ptr(),
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+}
+
 /// Opens (creating if missing) a file to lock. Read-only, so an existing record can be
 /// locked on a read-only file system; non-blocking, so a planted FIFO cannot hang us.
 pub fn open_lock(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {

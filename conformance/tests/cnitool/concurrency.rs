@@ -1,5 +1,5 @@
 //! Suite 6: 64 sandboxes added and deleted in parallel through the guard.
-use crate::{binaries, bridge_conflist, host_namespace, put};
+use crate::{binaries, guarded_bridge, host_namespace};
 use conformance::cnitool::Cnitool;
 use conformance::fixture::Fixture;
 use conformance::leaks::leases;
@@ -20,20 +20,7 @@ fn concurrency() {
     println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
-    let pod_net = fx.network("conc-pod");
-    let delegate = put(
-        &fx,
-        &fx.delegates,
-        "00-multus.conflist",
-        &bridge_conflist(&fx, &pod_net, "1.0.0", "concbr0", "10.49.0.0/24"),
-    );
-    let guard_net = fx.network("guard-conc");
-    put(
-        &fx,
-        &fx.netd,
-        "00-cni-guard.conflist",
-        &fx.guard_conflist(&guard_net, "1.0.0", &delegate, &[]),
-    );
+    let (pod_net, guard_net, _) = guarded_bridge(&fx, "conc", "concbr0", "10.49.0.0/24");
     let cni = Cnitool::new(&fx, &host, &fx.netd);
     let sandboxes: Vec<Netns> = (0..SANDBOXES).map(|_| Netns::create("cg-conc")).collect();
     let barrier = Barrier::new(SANDBOXES);

@@ -1,5 +1,5 @@
 //! Suite 4: DEL works from the guard's record after the delegate file is gone.
-use crate::{binaries, bridge_conflist, host_namespace, put};
+use crate::{binaries, guarded_bridge, host_namespace};
 use conformance::cnitool::Cnitool;
 use conformance::fixture::Fixture;
 use conformance::leaks::leases;
@@ -16,20 +16,7 @@ fn del_without_delegate() {
     println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
-    let pod_net = fx.network("dwd-pod");
-    let delegate = put(
-        &fx,
-        &fx.delegates,
-        "00-multus.conflist",
-        &bridge_conflist(&fx, &pod_net, "1.0.0", "dwdbr0", "10.48.0.0/24"),
-    );
-    let guard_net = fx.network("guard-dwd");
-    put(
-        &fx,
-        &fx.netd,
-        "00-cni-guard.conflist",
-        &fx.guard_conflist(&guard_net, "1.0.0", &delegate, &[]),
-    );
+    let (pod_net, guard_net, delegate) = guarded_bridge(&fx, "dwd", "dwdbr0", "10.48.0.0/24");
     let cni = Cnitool::new(&fx, &host, &fx.netd);
     let sandbox = Netns::create("cg-dwd");
 

@@ -63,6 +63,32 @@ pub fn macvlan_parent(host: &Netns, name: &str) {
     conformance::must(host.ip().args(["link", "set", name, "up"]));
 }
 
+/// The guarded layout most suites start from: a bridge + host-local delegate network
+/// (`<tag>-pod`) and the guard's conflist first in the conf dir, pointing at it.
+/// Returns the delegate's network name, the guard's network name and the delegate's path.
+pub fn guarded_bridge(
+    fx: &Fixture,
+    tag: &str,
+    bridge: &str,
+    subnet: &str,
+) -> (String, String, std::path::PathBuf) {
+    let pod_net = fx.network(&format!("{tag}-pod"));
+    let delegate = put(
+        fx,
+        &fx.delegates,
+        "00-multus.conflist",
+        &bridge_conflist(fx, &pod_net, "1.0.0", bridge, subnet),
+    );
+    let guard_net = fx.network(&format!("guard-{tag}"));
+    put(
+        fx,
+        &fx.netd,
+        "00-cni-guard.conflist",
+        &fx.guard_conflist(&guard_net, "1.0.0", &delegate, &[]),
+    );
+    (pod_net, guard_net, delegate)
+}
+
 /// Writes `value` to `dir/file` and returns the path.
 pub fn put(fx: &Fixture, dir: &Path, file: &str, value: &Value) -> std::path::PathBuf {
     let p = dir.join(file);

@@ -22,9 +22,10 @@ file in the same folder, fsync, rename), and neither when its content is already
 Refuses, writing nothing, when another config in the conf dir sorts before the guard's file:
 containerd would use that one and the guard would not be in force.
 
-Where this process writes (a path as mounted in this container):
+Also written by this process:
   --bin-dir DIR          the CNI bin dir, e.g. /host/opt/cni/bin (required)
   --binary FILE          the binary to copy [this running binary]
+
 {SPEC_FLAGS_HELP}"
     )
 }

@@ -36,6 +36,8 @@ Conflist settings:
   --network-name NAME    the guard network's name [guarded-pod-network]
   --cni-version V        the conflist's cniVersion [1.0.0]
   --wait-seconds N       how long ADD waits for the delegate before refusing [0]
+  --delegate-timeout-seconds N
+                         bound on a delegate plugin run as the guard's child [plugin default: 220]
   --capability NAME      a runtime capability to accept and pass on, e.g. portMappings
                          (repeatable)
   --strict-permissions   refuse delegate and attachment files writable by group or others
@@ -51,6 +53,7 @@ pub struct GuardFile {
     pub delegate: Option<PathBuf>,
     pub attachments: Vec<PathBuf>,
     pub wait_seconds: u64,
+    pub delegate_timeout_seconds: Option<u64>,
     pub cache_dir: PathBuf,
     pub capabilities: Vec<String>,
     pub strict_permissions: bool,
@@ -66,6 +69,7 @@ impl Default for GuardFile {
             delegate: None,
             attachments: Vec::new(),
             wait_seconds: 0,
+            delegate_timeout_seconds: None,
             cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
             capabilities: Vec::new(),
             strict_permissions: false,
@@ -89,6 +93,8 @@ struct Plugin<'a> {
     delegate: &'a Path,
     attachments: &'a [PathBuf],
     wait_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delegate_timeout_seconds: Option<u64>,
     cache_dir: &'a Path,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     strict_permissions: bool,
@@ -120,6 +126,19 @@ impl GuardFile {
                             "--wait-seconds: {value:?} is not a whole number from 0 to {MAX_WAIT_SECONDS}"
                         ))
                     })?;
+            }
+            "--delegate-timeout-seconds" => {
+                let value = flags.value(flag)?;
+                let secs = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| *s >= 1 && *s as f64 <= MAX_WAIT_SECONDS)
+                    .ok_or_else(|| {
+                        Failure::usage(format!(
+                            "--delegate-timeout-seconds: {value:?} is not a whole number from 1 to {MAX_WAIT_SECONDS}"
+                        ))
+                    })?;
+                self.delegate_timeout_seconds = Some(secs);
             }
             _ => return Ok(false),
         }
@@ -167,16 +186,8 @@ impl GuardFile {
                 SPEC_VERSIONS.join(", ")
             )));
         }
-        let name_ok = !self.network_name.is_empty()
-            && self
-                .network_name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !name_ok {
-            return Err(Failure::usage(format!(
-                "--network-name {:?}: use letters, digits, '-', '_' and '.'",
-                self.network_name
-            )));
+        if let Err(e) = crate::config::validate_network_name(&self.network_name) {
+            return Err(Failure::usage(format!("--network-name: {}", e.msg())));
         }
         if let Some(cap) = self.capabilities.iter().find(|c| c.is_empty()) {
             return Err(Failure::usage(format!("--capability {cap:?}: empty name")));
@@ -200,6 +211,7 @@ impl GuardFile {
                 delegate: self.delegate.as_deref().unwrap_or(Path::new("")),
                 attachments: &self.attachments,
                 wait_seconds: self.wait_seconds,
+                delegate_timeout_seconds: self.delegate_timeout_seconds,
                 cache_dir: &self.cache_dir,
                 strict_permissions: self.strict_permissions,
                 capabilities,
@@ -267,6 +279,7 @@ mod tests {
             delegate: Some(PathBuf::from("/etc/cni/net.d/00-multus.conf")),
             attachments: vec![PathBuf::from("/etc/cni/multus/net.d/05-cilium.conflist")],
             wait_seconds: 7,
+            delegate_timeout_seconds: Some(30),
             cache_dir: PathBuf::from("/var/lib/cni/elsewhere"),
             strict_permissions: true,
             network_name: "guarded".into(),
@@ -279,6 +292,7 @@ mod tests {
         let cfg = crate::config::GuardConfig::from_conflist_file(&path).unwrap();
         assert_eq!(cfg.delegate, spec.delegate.unwrap());
         assert_eq!(cfg.attachments, spec.attachments);
+        assert_eq!(cfg.delegate_timeout, std::time::Duration::from_secs(30));
         assert_eq!(cfg.wait, std::time::Duration::from_secs(7));
         assert_eq!(cfg.cache_dir, spec.cache_dir);
         assert!(cfg.strict_permissions);

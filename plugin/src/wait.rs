@@ -24,20 +24,16 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     // dropped would cost a close.
     let inotify = Inotify::new().ok();
     loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return report;
-        }
         let watching = inotify
             .as_ref()
             .is_some_and(|i| watch(i, &report, cni_path));
-        // Check again after the watches are in place: a file that arrived between the last check
-        // and the watch would otherwise be missed until the deadline.
+        // Checked after the watches are in place (and so once per wake-up): a file that arrived
+        // before a watch existed would otherwise be missed until the deadline.
         report = readiness::check(cfg, cni_path);
-        if done(&report) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if done(&report) || left.is_zero() {
             return report;
         }
-        let left = deadline.saturating_duration_since(Instant::now());
         match (&inotify, watching) {
             (Some(w), true) => {
                 if w.wait(left).is_err() {
@@ -45,10 +41,6 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
                 }
             }
             _ => std::thread::sleep(left.min(FALLBACK_STEP)),
-        }
-        report = readiness::check(cfg, cni_path);
-        if done(&report) {
-            return report;
         }
     }
 }

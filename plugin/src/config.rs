@@ -18,6 +18,10 @@ pub const MAX_WAIT_SECONDS: f64 = 600.0;
 /// Default bound on one delegate plugin run as a child: under kubelet's four-minute
 /// RunPodSandbox deadline, so the guard answers before the runtime gives up on it.
 pub const DEFAULT_DELEGATE_TIMEOUT_SECONDS: f64 = 220.0;
+/// Default bound on waiting for another guard process that holds the same attachment (an ADD or
+/// DEL of the same container and interface still running). Past it ADD answers 11 and DEL says
+/// what it could not tear down; the runtime retries both.
+pub const DEFAULT_LOCK_WAIT_SECONDS: f64 = 10.0;
 
 #[derive(Debug, Clone)]
 pub struct GuardConfig {
@@ -30,6 +34,8 @@ pub struct GuardConfig {
     pub wait: Duration,
     /// How long one delegate plugin run as a child may take before it is killed.
     pub delegate_timeout: Duration,
+    /// How long to wait for another guard process holding the same attachment.
+    pub lock_wait: Duration,
     pub cache_dir: PathBuf,
     /// Refuse delegate and attachment files that others than their owner may write.
     pub strict_permissions: bool,
@@ -172,6 +178,18 @@ impl GuardConfig {
             },
             Some(_) => return Err(invalid("delegateTimeoutSeconds is not a number")),
         };
+        let lock_wait = match obj.get("lockWaitSeconds") {
+            None | Some(Value::Null) => Duration::from_secs_f64(DEFAULT_LOCK_WAIT_SECONDS),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(s) if (0.0..=MAX_WAIT_SECONDS).contains(&s) => Duration::from_secs_f64(s),
+                _ => {
+                    return Err(invalid(format!(
+                        "lockWaitSeconds {n} is outside 0..{MAX_WAIT_SECONDS}"
+                    )))
+                }
+            },
+            Some(_) => return Err(invalid("lockWaitSeconds is not a number")),
+        };
         let cache_dir = match string_field(obj, "cacheDir")? {
             Some(p) => absolute_path("cacheDir", &p)?,
             None => PathBuf::from(DEFAULT_CACHE_DIR),
@@ -205,6 +223,7 @@ impl GuardConfig {
             attachments,
             wait,
             delegate_timeout,
+            lock_wait,
             cache_dir,
             strict_permissions,
             runtime_config,
@@ -358,6 +377,8 @@ mod tests {
             ("waitSeconds", json!(1e9), 7),
             ("delegateTimeoutSeconds", json!(0), 7),
             ("delegateTimeoutSeconds", json!("9"), 7),
+            ("lockWaitSeconds", json!(-1), 7),
+            ("lockWaitSeconds", json!("1"), 7),
             ("cacheDir", json!("var/lib"), 7),
             ("name", json!("../etc"), 7),
             ("prevResult", json!("x"), 7),

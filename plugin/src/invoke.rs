@@ -5,12 +5,12 @@
 //! Two ways to run: [`run`] as a child (the guard reads the result), and [`exec`], which
 //! replaces the guard with the delegate so the pod pays one exec and nothing more.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::error::{code, Error};
 use crate::request;
@@ -54,7 +54,18 @@ pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, S
     })
 }
 
+/// How long the guard keeps reading a finished plugin's pipes for what it wrote, when something
+/// it left behind still holds them open. What the plugin itself wrote is in the pipe already.
+const DRAIN_GRACE: Duration = Duration::from_millis(100);
+/// The most of a plugin's stdout kept (a result is a few KiB); what is beyond is read and dropped.
+const MAX_STDOUT: usize = 16 << 20;
+
 /// Runs a plugin as a child and returns its stdout on success.
+///
+/// The plugin leads a process group of its own and dies with the guard. The guard waits for
+/// the plugin's *exit*, not for the end of its pipes, so a process it leaves behind holding
+/// them costs at most [`DRAIN_GRACE`]; its stderr goes through the guard, so nothing left
+/// behind holds the runtime's pipes either. At `timeout` the whole group is killed.
 ///
 /// A plugin that fails with the spec's error JSON on stdout fails with that error unchanged;
 /// one that crashes, is killed, prints something else or outlives `timeout` (it is then
@@ -72,16 +83,6 @@ pub fn run(
             "",
         )
     })?;
-    let parent = sys::getpid();
-    let mut cmd = Command::new(plugin);
-    cmd.env("CNI_COMMAND", verb.as_str())
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    // SAFETY: die_with_parent makes only async-signal-safe calls.
-    unsafe {
-        cmd.pre_exec(move || sys::die_with_parent(parent));
-    }
     let cannot_run = |e: std::io::Error| {
         Error::new(
             code::INTERNAL,
@@ -89,40 +90,44 @@ pub fn run(
             "",
         )
     };
-    let child = cmd.spawn().map_err(cannot_run)?;
-    // A watchdog bounds the wait: it kills the delegate unless told within `timeout` that the
-    // delegate has finished.
-    let pid = child.id() as libc::pid_t;
-    let (finished, finished_rx) = mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        let expired = finished_rx.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout);
-        if expired {
-            sys::kill(pid, libc::SIGKILL);
+    let deadline = Instant::now() + timeout;
+    let mut cmd = Command::new(plugin);
+    cmd.env("CNI_COMMAND", verb.as_str())
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    sys::child_of_guard(&mut cmd);
+    let mut child = cmd.spawn().map_err(cannot_run)?;
+    let ended = wait_bounded(&mut child, deadline);
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(e) => {
+            sys::kill_group(child.id());
+            let _ = child.wait();
+            return Err(cannot_run(e));
         }
-        expired
-    });
-    let out = child.wait_with_output();
-    drop(finished);
-    let expired = watchdog.join().unwrap_or(false);
-    let out = out.map_err(cannot_run)?;
-    if expired {
-        return Err(Error::new(
-            code::INTERNAL,
-            format!(
-                "plugin {} did not finish within {}s and was killed",
-                plugin.display(),
-                timeout.as_secs_f64()
-            ),
-            "",
-        ));
+    };
+    let (status, stdout) = match ended {
+        Ended::Exited(status, stdout) => (status, stdout),
+        Ended::TimedOut => {
+            return Err(Error::new(
+                code::INTERNAL,
+                format!(
+                    "plugin {} did not finish within {}s and was killed",
+                    plugin.display(),
+                    timeout.as_secs_f64()
+                ),
+                "",
+            ))
+        }
+    };
+    if status.success() {
+        return Ok(stdout);
     }
-    if out.status.success() {
-        return Ok(out.stdout);
-    }
-    if let Some(err) = as_cni_error(&out.stdout) {
+    if let Some(err) = as_cni_error(&stdout) {
         return Err(err);
     }
-    let how = match (out.status.code(), out.status.signal()) {
+    let how = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!("was killed by signal {s}"),
         _ => "failed".to_owned(),
@@ -130,8 +135,73 @@ pub fn run(
     Err(Error::new(
         code::INTERNAL,
         format!("plugin {} {how} without a CNI error", plugin.display()),
-        String::from_utf8_lossy(&out.stdout[..out.stdout.len().min(1024)]).into_owned(),
+        String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned(),
     ))
+}
+
+enum Ended {
+    Exited(ExitStatus, Vec<u8>),
+    /// Past the deadline: the plugin's whole process group was killed and the plugin reaped.
+    TimedOut,
+}
+
+/// Reads the child's stdout (kept) and stderr (relayed to ours) until it exits, then for at
+/// most [`DRAIN_GRACE`] more; kills its process group at `deadline`.
+fn wait_bounded(child: &mut Child, deadline: Instant) -> std::io::Result<Ended> {
+    let pgid = child.id();
+    let out = OwnedFd::from(child.stdout.take().expect("stdout is piped"));
+    let err = OwnedFd::from(child.stderr.take().expect("stderr is piped"));
+    sys::set_nonblocking(out.as_fd())?;
+    sys::set_nonblocking(err.as_fd())?;
+    // Without pidfd (Linux before 5.3) the exit is noticed by polling in short slices.
+    let exited = sys::pidfd_open(child.id()).ok();
+    let (mut stdout, mut relay) = (Vec::new(), Vec::new());
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status = None;
+    let mut drain_until = None;
+    loop {
+        if status.is_none() {
+            status = child.try_wait()?;
+            if status.is_some() {
+                drain_until = Some(Instant::now() + DRAIN_GRACE);
+            }
+        }
+        let now = Instant::now();
+        match (status, drain_until) {
+            (Some(st), Some(until)) if !(out_open || err_open) || now >= until => {
+                return Ok(Ended::Exited(st, stdout));
+            }
+            (None, _) if now >= deadline => {
+                sys::kill_group(pgid);
+                child.wait()?;
+                return Ok(Ended::TimedOut);
+            }
+            _ => {}
+        }
+        let limit = drain_until.unwrap_or(deadline);
+        let mut wait = limit.saturating_duration_since(now);
+        let mut fds = Vec::with_capacity(3);
+        if out_open {
+            fds.push(out.as_fd());
+        }
+        if err_open {
+            fds.push(err.as_fd());
+        }
+        match (&exited, status) {
+            (Some(pidfd), None) => fds.push(pidfd.as_fd()),
+            (None, None) => wait = wait.min(Duration::from_millis(10)),
+            _ => {}
+        }
+        sys::poll_readable(&fds, wait)?;
+        if out_open {
+            out_open = !sys::read_available(out.as_fd(), &mut stdout, MAX_STDOUT)?;
+        }
+        if err_open {
+            relay.clear();
+            err_open = !sys::read_available(err.as_fd(), &mut relay, usize::MAX)?;
+            sys::write_best_effort(std::io::stderr(), &relay);
+        }
+    }
 }
 
 /// Replaces this process with the plugin, its configuration on stdin. Returns only on failure.
@@ -225,6 +295,67 @@ mod tests {
         let p = script(d.path(), "killed", "kill -9 $$", 0o755);
         let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
         assert!(e.msg().contains("signal 9"), "{}", e.msg());
+    }
+
+    /// Runs `body` as a plugin under `timeout`; returns the outcome and how long it took.
+    fn timed(body: &str, timeout: Duration) -> (Result<Vec<u8>, Error>, Duration) {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "plugin", body, 0o755);
+        let start = Instant::now();
+        let r = run(&p, request::Command::Add, b"{}", timeout);
+        (r, start.elapsed())
+    }
+
+    #[test]
+    fn a_process_left_behind_on_the_pipes_costs_only_the_grace() {
+        // Prints its result and exits at once, leaving a sleeper on stdout and stderr.
+        let (r, took) = timed("sleep 5 & echo '{\"ok\":1}'", Duration::from_secs(2));
+        assert_eq!(r.unwrap(), b"{\"ok\":1}\n");
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+    }
+
+    #[test]
+    fn a_daemon_it_starts_does_not_hold_the_guard() {
+        // Forks a child into a session of its own (out of the plugin's process group).
+        let (r, took) = timed(
+            "setsid sh -c 'sleep 5' & echo '{\"ok\":2}'",
+            Duration::from_secs(2),
+        );
+        assert_eq!(r.unwrap(), b"{\"ok\":2}\n");
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+    }
+
+    #[test]
+    fn closing_stdout_then_hanging_is_bounded_and_the_group_killed() {
+        let d = tempfile::tempdir().unwrap();
+        let marker = d.path().join("left");
+        let body = format!(
+            "exec >/dev/null; (sleep 30; touch {m}) & sleep 30",
+            m = marker.display()
+        );
+        let (r, took) = timed(&body, Duration::from_millis(300));
+        let e = r.unwrap_err();
+        assert_eq!(e.code(), 999);
+        assert!(
+            e.msg().contains("did not finish within 0.3s"),
+            "{}",
+            e.msg()
+        );
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+        // The background sleeper was in the plugin's group and died with it.
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &format!("touch {}", marker.display())])
+            .output()
+            .unwrap();
+        assert!(out.stdout.is_empty(), "left behind: {:?}", out);
+    }
+
+    #[test]
+    fn a_plugin_killed_by_a_signal_is_reported_at_once() {
+        let (r, took) = timed("sleep 5 & kill -9 $$", Duration::from_secs(3));
+        let e = r.unwrap_err();
+        assert!(e.msg().contains("signal 9"), "{}", e.msg());
+        assert!(took < Duration::from_secs(2), "took {took:?}");
     }
 
     #[test]

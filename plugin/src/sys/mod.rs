@@ -7,9 +7,16 @@ pub(crate) mod daemon;
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 
 /// An anonymous in-memory file holding `data`, positioned at its start: a delegate's stdin that
 /// never blocks the writer, whatever its size.
@@ -56,6 +63,104 @@ pub unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes the child `cmd` spawns the leader of a process group of its own (so the guard can kill
+/// whatever it started along with it) and SIGKILLed when the guard dies.
+pub fn child_of_guard(cmd: &mut Command) {
+    let parent = getpid();
+    cmd.process_group(0);
+    // SAFETY: die_with_parent makes only async-signal-safe calls.
+    unsafe {
+        cmd.pre_exec(move || die_with_parent(parent));
+    }
+}
+
+/// A descriptor that becomes readable when the process exits (Linux 5.3+).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by pidfd_open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// SIGKILLs every process of a group; a group that is gone already is not an error.
+pub fn kill_group(pgid: u32) {
+    let _ = killpg(Pid::from_raw(pgid as libc::pid_t), Signal::SIGKILL);
+}
+
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Sets or clears close-on-exec.
+pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    let mut flags = nix::fcntl::FdFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFD)?);
+    flags.set(nix::fcntl::FdFlag::FD_CLOEXEC, on);
+    fcntl(fd, FcntlArg::F_SETFD(flags))?;
+    Ok(())
+}
+
+/// Waits up to `timeout` until one of `fds` is readable (or at end of file, or in error).
+/// Returns which are; all false on timeout or when a signal interrupted the wait.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<PollFd> = fds
+        .iter()
+        .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
+        .collect();
+    // Round up so a sub-millisecond remainder still waits instead of spinning.
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+    match nix::poll::poll(
+        &mut pfds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    ) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(vec![false; fds.len()]),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(pfds
+        .iter()
+        .map(|p| {
+            p.revents().is_some_and(|r| {
+                r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
+            })
+        })
+        .collect())
+}
+
+/// Reads what is there now from a non-blocking descriptor into `out`, at most `max` bytes in
+/// all (the rest is read and dropped). Returns whether the end of file was reached.
+pub fn read_available(fd: BorrowedFd<'_>, out: &mut Vec<u8>, max: usize) -> io::Result<bool> {
+    let mut buf = [0u8; 16384];
+    loop {
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => {
+                let room = max.saturating_sub(out.len());
+                out.extend_from_slice(&buf[..n.min(room)]);
+            }
+            Err(nix::errno::Errno::EAGAIN) => return Ok(false),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Writes all of `data` to `fd`, ignoring failures (a relay of a child's diagnostics).
+pub fn write_best_effort(fd: impl AsFd, mut data: &[u8]) {
+    while !data.is_empty() {
+        match nix::unistd::write(&fd, data) {
+            Ok(0) => return,
+            Ok(n) => data = &data[n..],
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
 pub fn getpid() -> libc::pid_t {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }
@@ -64,12 +169,6 @@ pub fn getpid() -> libc::pid_t {
 pub fn geteuid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
-}
-
-/// Sends a signal; errors (the process is already gone) are of no interest to the caller.
-pub fn kill(pid: libc::pid_t, signal: libc::c_int) {
-    // SAFETY: kill takes plain integers; a pid that is gone only yields ESRCH.
-    unsafe { libc::kill(pid, signal) };
 }
 
 /// Whether a process with this pid exists (for telling a live writer's temp file from a stale one).

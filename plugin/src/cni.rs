@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -25,11 +26,13 @@ pub enum Action {
     /// Print `stdout` and exit with `exit`.
     Reply { stdout: Vec<u8>, exit: i32 },
     /// Replace the process with the delegate plugin, `config` on its stdin. If the exec fails,
-    /// reply with the error in `cni_version`.
+    /// reply with the error in `cni_version`. `lock`, kept open until the exec, is the
+    /// attachment's lock, which the exec'd delegate then holds until it exits.
     Exec {
         plugin: PathBuf,
         config: Vec<u8>,
         cni_version: String,
+        lock: Option<OwnedFd>,
     },
 }
 
@@ -48,7 +51,7 @@ pub struct Outcome {
 enum Done {
     Result(Value),
     Empty(&'static str),
-    Exec(PathBuf, Vec<u8>),
+    Exec(PathBuf, Vec<u8>, Option<OwnedFd>),
 }
 
 struct Ctx {
@@ -111,13 +114,14 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
                 Level::Info,
             )
         }
-        Ok(Done::Exec(plugin, config)) => {
+        Ok(Done::Exec(plugin, config, lock)) => {
             summary.push_str(&format!("decision=exec plugin={}", plugin.display()));
             (
                 Action::Exec {
                     plugin,
                     config,
                     cni_version: reply_version,
+                    lock,
                 },
                 Level::Info,
             )
@@ -189,7 +193,7 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         return Err(refusal);
     }
     let list = report.delegate.expect("a ready report has the delegate");
-    let store = Store::open(&cfg.cache_dir, &cfg.name, true)?.expect("created");
+    let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     store.write(&Record {
         container_id: req.container_id.clone(),
         ifname: req.ifname.clone(),
@@ -200,7 +204,14 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     })?;
     let prev = cfg.prev_result.as_ref();
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev)? {
-        return Ok(Done::Exec(plugin, config));
+        // The exec'd delegate must hold the attachment's lock; if the lock cannot be handed
+        // over, the delegate runs as a child instead, with the guard holding it.
+        match store.exec_lock() {
+            Ok(lock) => return Ok(Done::Exec(plugin, config, lock)),
+            Err(e) => ctx.warnings.push(format!(
+                "cannot keep the attachment locked across exec ({e}): running the delegate as a child"
+            )),
+        }
     }
     match delegate::add(&list, cfg, &req.cni_path) {
         Ok(result) => Ok(Done::Result(result)),
@@ -219,8 +230,10 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 
 /// DEL: never refused for a missing delegate. Tears down with the configuration recorded at
 /// ADD; without a record, with the current delegate if there is a usable one; else nothing.
+/// Fails (11) only when another process holds the attachment past `lockWaitSeconds`: then
+/// nothing was torn down, and the runtime retries.
 fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
-    let store = match Store::open(&cfg.cache_dir, &cfg.name, false) {
+    let mut store = match Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait) {
         Ok(s) => s,
         Err(e) => {
             ctx.warnings.push(format!(
@@ -229,15 +242,24 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
             None
         }
     };
-    let recorded = store
-        .as_ref()
-        .and_then(|s| match s.read(&req.container_id, &req.ifname) {
-            Ok(r) => r,
-            Err(e) => {
-                ctx.warnings.push(e);
-                None
-            }
-        });
+    let recorded = match store
+        .as_mut()
+        .map(|s| s.read(&req.container_id, &req.ifname))
+    {
+        None => None,
+        Some(Ok(r)) => r,
+        Some(Err(e)) if e.code() == code::TRY_AGAIN_LATER => {
+            return Err(Error::new(
+                e.code(),
+                format!("{}: not torn down", e.msg()),
+                "lockWaitSeconds bounds the wait; the runtime retries DEL",
+            ))
+        }
+        Some(Err(e)) => {
+            ctx.warnings.push(e.to_string());
+            None
+        }
+    };
     let from_record = recorded.and_then(|r| {
         match NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type) {
             Ok(list) => Some(list),
@@ -281,7 +303,7 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         None => cfg,
     };
     delegate::del(&list, cfg, &req.cni_path)?;
-    if let Some(store) = &store {
+    if let Some(store) = &mut store {
         if let Err(e) = store.remove(&req.container_id, &req.ifname) {
             ctx.warnings
                 .push(format!("torn down, but the record stays: {e}"));
@@ -329,7 +351,7 @@ fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
         .transpose()
         .map_err(|e| Error::new(code::DECODE_FAILURE, format!("invalid prevResult: {e}"), ""))?;
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev.as_ref())? {
-        return Ok(Done::Exec(plugin, config));
+        return Ok(Done::Exec(plugin, config, None));
     }
     delegate::check(&list, cfg, &req.cni_path)?;
     Ok(Done::Empty("checked"))
@@ -364,8 +386,8 @@ fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     if let Ok(list) = NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
         errors.extend(delegate::gc(&list, cfg, &req.cni_path, &valid_json));
     }
-    match Store::open(&cfg.cache_dir, &cfg.name, false) {
-        Ok(Some(store)) => {
+    match Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait) {
+        Ok(Some(mut store)) => {
             let swept = store.sweep_temp_files();
             if swept > 0 {
                 ctx.warnings.push(format!(

@@ -32,8 +32,11 @@ fn main() -> ExitCode {
             plugin,
             config,
             cni_version,
+            lock,
         } => {
             let e = invoke::exec(&plugin, &config);
+            // The exec failed: the guard is the holder again, and lets go when it exits.
+            drop(lock);
             log::emit(log::Level::Warning, &format!("exec failed: {e}"));
             (e.to_json(&cni_version), 1)
         }

@@ -795,11 +795,7 @@ mod status_and_gc {
             )
             .ok();
         }
-        std::fs::write(
-            fx.cache().join("guarded/.gone2:eth0.json.2147483646.tmp"),
-            "{",
-        )
-        .unwrap();
+        std::fs::write(fx.cache().join("guarded/.gone2:eth0.json.tmp"), "{").unwrap();
         let valid = json!([{"containerID":"keep1","ifname":"eth0"}]);
         let conf = fx.guard("1.1.0", json!({"cni.dev/valid-attachments": valid}));
         fx.run_env(

@@ -88,18 +88,35 @@ pub fn link_into(fd: &OwnedFd, dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     })
 }
 
-/// Opens (creating if missing) a file to lock. Read-only, so an existing record can be
-/// locked on a read-only file system; non-blocking, so a planted FIFO cannot hang us.
+/// Opens (creating if missing) a file to lock: read-write, as a POSIX write lock needs; on a
+/// read-only file system an existing file read-only (then [`try_lock_record`] takes a read
+/// lock). Non-blocking, so a planted FIFO cannot hang us.
 pub fn open_lock(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
-    let flags = libc::O_RDONLY
-        | libc::O_CREAT
-        | libc::O_NOFOLLOW
-        | libc::O_NONBLOCK
-        | libc::O_NOCTTY
-        | libc::O_CLOEXEC;
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     // SAFETY: c is a valid C string; O_CREAT takes the mode as third argument.
-    owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o600 as libc::c_uint) })
+    let rw = owned(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            flags | libc::O_RDWR | libc::O_CREAT,
+            0o600 as libc::c_uint,
+        )
+    });
+    match rw {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
+            // SAFETY: c is a valid C string; no O_CREAT, so no mode.
+            owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_RDONLY) })
+                .map_err(|e2| {
+                    if e2.raw_os_error() == Some(libc::ENOENT) {
+                        e
+                    } else {
+                        e2
+                    }
+                })
+        }
+        other => other,
+    }
 }
 
 pub fn unlink(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
@@ -140,33 +157,41 @@ pub fn lstat(dir: &OwnedFd, name: &OsStr) -> io::Result<libc::stat> {
     Ok(st)
 }
 
-/// An exclusive `flock`, retried when a signal interrupts the wait.
-pub fn flock(fd: &OwnedFd, blocking: bool) -> io::Result<()> {
-    let op = if blocking {
-        libc::LOCK_EX
+/// Tries once to take a POSIX record lock on the whole file: a write lock, or a read lock on a
+/// descriptor open read-only. `Ok(None)` when taken, `Ok(Some(pid))` when another process holds
+/// a conflicting lock (pid 0 if it let go meanwhile).
+pub fn try_lock_record(fd: &OwnedFd) -> io::Result<Option<libc::pid_t>> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let mode = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?) & OFlag::O_ACCMODE;
+    let kind = if mode == OFlag::O_RDONLY {
+        libc::F_RDLCK
     } else {
-        libc::LOCK_EX | libc::LOCK_NB
+        libc::F_WRLCK
+    };
+    let whole = |kind: libc::c_int| libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
     };
     loop {
-        // SAFETY: fd is open; op is a valid flock operation.
-        match check(unsafe { libc::flock(fd.as_raw_fd(), op) }) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other,
+        match fcntl(fd, FcntlArg::F_SETLK(&whole(kind))) {
+            Ok(_) => return Ok(None),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
+                let mut probe = whole(kind);
+                fcntl(fd, FcntlArg::F_GETLK(&mut probe))?;
+                let holder = if probe.l_type == libc::F_UNLCK as libc::c_short {
+                    0
+                } else {
+                    probe.l_pid
+                };
+                return Ok(Some(holder));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
-}
-
-pub fn set_cloexec(fd: &OwnedFd, on: bool) -> io::Result<()> {
-    // SAFETY: fd is open; F_GETFD takes no argument.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
-    check(flags)?;
-    let flags = if on {
-        flags | libc::FD_CLOEXEC
-    } else {
-        flags & !libc::FD_CLOEXEC
-    };
-    // SAFETY: fd is open; F_SETFD takes an int of descriptor flags.
-    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags) })
 }
 
 /// Reads a whole file from offset 0 (up to `max` bytes), whatever the descriptor's position.

@@ -171,13 +171,6 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Whether a process with this pid exists (for telling a live writer's temp file from a stale one).
-pub fn pid_alive(pid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
 /// An inotify instance watching directories for entries appearing, changing or going.
 ///
 /// The last close of an inotify instance that has watches waits in the kernel for the watches
@@ -362,10 +355,5 @@ mod tests {
         std::fs::write(other.path().join("x"), "1").unwrap();
         std::fs::rename(other.path().join("x"), dir.path().join("x")).unwrap();
         assert!(n.wait(Duration::from_secs(5)).unwrap());
-    }
-
-    #[test]
-    fn pid_alive_sees_self() {
-        assert!(pid_alive(getpid()));
     }
 }

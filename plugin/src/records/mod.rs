@@ -16,125 +16,82 @@
 //! (`O_TMPFILE`), locked and written, then linked to its name: one inode, and nobody can see it
 //! before it is complete. Otherwise (a record already there, or no `O_TMPFILE`) it is written to
 //! a temp file in the same directory and renamed into place. Either way a reader sees the old
-//! record or the new one, never a part. There is no fsync: records are written on every pod start, the page cache outlives a
-//! killed process, and libcni and Multus do not fsync their caches either.
+//! record or the new one, never a part. There is no fsync: records are written on every pod
+//! start, the page cache outlives a killed process, and libcni and Multus do not fsync their
+//! caches either.
 //!
 //! Every file is opened relative to the network directory's descriptor, itself opened with
-//! `O_DIRECTORY|O_NOFOLLOW` after the cache dir was checked (a real directory, ours, not
-//! writable by others), and every open is `O_NOFOLLOW`: a symlink planted in the cache dir is
-//! never followed.
+//! `O_DIRECTORY|O_NOFOLLOW` after the cache dir was checked ([`dir`]), and every open is
+//! `O_NOFOLLOW`: a symlink planted in the cache dir is never followed.
 //!
-//! **Serialisation.** ADD and DEL of the same attachment exclude each other with an `flock` on
-//! the record file's inode, held from before the record is read or written until the delegate
-//! has finished. Since a write replaces the inode (rename), a writer locks the new inode before
-//! the rename; whoever waited on the old one sees, after it gets its lock, that the name now
-//! points elsewhere, and locks again. An attachment without a record is locked through an empty
-//! placeholder file at the record's name, removed when the lock is released. ADD may end by
-//! exec'ing the delegate: the lock taken by [`Store::write`] is therefore kept open, without
-//! close-on-exec, for the rest of the process, so the exec'd delegate holds it until it exits.
+//! **Serialisation.** ADD and DEL of the same attachment exclude each other with a lock on the
+//! record file's inode ([`lock`]), held from before the record is read or written until the
+//! delegate has finished, and waited for at most `lockWaitSeconds`. Since a write replaces the
+//! inode (rename), a writer locks the new inode before the rename; whoever waited on the old one
+//! sees, once it has its lock, that the name now points elsewhere, and locks again. An
+//! attachment without a record is locked through an empty placeholder file at the record's
+//! name, removed when the lock is released. ADD may end by exec'ing the delegate: then
+//! [`Store::exec_lock`] hands the lock over, so the exec'd delegate holds it until it exits.
 //! Whoever holds the lock also removes the attachment's temp file and an empty placeholder that
 //! a killed process left: neither survives the next ADD or DEL of that attachment.
 //!
 //! A record file holds `{"containerID", "ifname", "network", "cniVersion", "delegatePath",
-//! "delegate"}`, `delegate` being the delegate file's JSON as it was at ADD.
+//! "delegate"}` ([`format`]), `delegate` being the delegate file's JSON as it was at ADD.
 
-use std::cell::RefCell;
+mod dir;
+mod format;
+mod lock;
+
 use std::ffi::OsStr;
 use std::io::{self, Write};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use std::time::{Duration, Instant};
 
 use crate::error::{code, Error, Result};
 use crate::sys;
 use crate::sys::at;
+use dir::{check_dir, dir_open_error, io_error, DirMeta};
+pub use format::Record;
+use lock::{Busy, Lock, Wait};
 
 const MAX_RECORD_BYTES: u64 = 16 << 20;
 
-/// What DEL needs to know about an attachment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub container_id: String,
-    pub ifname: String,
-    pub network: String,
-    pub cni_version: String,
-    pub delegate_path: PathBuf,
-    /// The delegate configuration's bytes, as loaded at ADD.
-    pub delegate: Vec<u8>,
-}
-
-#[derive(Deserialize)]
-struct RecordFile {
-    #[serde(rename = "containerID")]
-    container_id: String,
-    ifname: String,
-    network: String,
-    #[serde(rename = "cniVersion")]
-    cni_version: String,
-    #[serde(rename = "delegatePath")]
-    delegate_path: PathBuf,
-    delegate: Box<RawValue>,
-}
-
-impl Record {
-    /// The record file's bytes.
-    pub fn encode(&self) -> Vec<u8> {
-        let header = serde_json::json!({
-            "containerID": self.container_id,
-            "ifname": self.ifname,
-            "network": self.network,
-            "cniVersion": self.cni_version,
-            "delegatePath": self.delegate_path,
-        });
-        let mut out = serde_json::to_vec(&header).expect("strings always serialize");
-        // The delegate bytes were validated as JSON when loaded: splice them in unparsed.
-        out.pop();
-        out.extend_from_slice(b",\"delegate\":");
-        out.extend_from_slice(&self.delegate);
-        out.extend_from_slice(b"}\n");
-        out
-    }
-
-    /// Parses a record file's bytes.
-    pub fn decode(bytes: &[u8]) -> std::result::Result<Record, String> {
-        let f: RecordFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        Ok(Record {
-            container_id: f.container_id,
-            ifname: f.ifname,
-            network: f.network,
-            cni_version: f.cni_version,
-            delegate_path: f.delegate_path,
-            delegate: f.delegate.get().as_bytes().to_vec(),
-        })
-    }
-}
-
-/// The records of one guard network.
+/// The records of one guard network, and the one attachment this process holds locked.
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
     fd: OwnedFd,
-    /// The attachment this process has locked, if any (one at a time).
-    held: RefCell<Option<Lock>>,
-}
-
-/// An `flock` on an attachment's record inode.
-#[derive(Debug)]
-struct Lock {
-    name: String,
-    fd: OwnedFd,
-    /// Kept for the life of the process (and across exec) instead of released on drop.
-    keep: bool,
+    held: Option<Lock>,
+    /// How long to wait for another process holding an attachment.
+    lock_wait: Duration,
 }
 
 impl Store {
-    /// Opens (creating when `create`) `<cache_dir>/<network>`. Without `create`, a store that
-    /// does not exist yet is `None`. Refuses a cache dir that is a symlink, not a directory,
-    /// owned by another user, or writable by others.
-    pub fn open(cache_dir: &Path, network: &str, create: bool) -> Result<Option<Store>> {
+    /// Opens `<cache_dir>/<network>`, creating both as needed. Refuses a cache dir that is a
+    /// symlink, not a directory, owned by another user, or writable by others.
+    pub fn create(cache_dir: &Path, network: &str, lock_wait: Duration) -> Result<Store> {
+        let dir = cache_dir.join(network);
+        Self::open(cache_dir, network, lock_wait, true)?
+            .ok_or_else(|| io_error(&dir, "create", &io::ErrorKind::NotFound.into()))
+    }
+
+    /// Opens `<cache_dir>/<network>` if it exists (`None` if not), with the same checks.
+    pub fn open_existing(
+        cache_dir: &Path,
+        network: &str,
+        lock_wait: Duration,
+    ) -> Result<Option<Store>> {
+        Self::open(cache_dir, network, lock_wait, false)
+    }
+
+    fn open(
+        cache_dir: &Path,
+        network: &str,
+        lock_wait: Duration,
+        create: bool,
+    ) -> Result<Option<Store>> {
         if network.is_empty()
             || network.starts_with('.')
             || network.contains('/')
@@ -176,10 +133,16 @@ impl Store {
                 &io::Error::from_raw_os_error(libc::ELOOP),
             ));
         }
+        let store = |dir: PathBuf, fd| Store {
+            dir,
+            fd,
+            held: None,
+            lock_wait,
+        };
         match at::open_dir(Some(&top), name) {
             Ok(fd) => {
                 check_dir(&dir, &DirMeta::stat(&fd, &dir)?)?;
-                return Ok(Some(Store::new(dir, fd)));
+                return Ok(Some(store(dir, fd)));
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !create => return Ok(None),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
@@ -192,34 +155,26 @@ impl Store {
         }
         let fd = at::open_dir(Some(&top), name).map_err(|e| dir_open_error(&dir, &e))?;
         check_dir(&dir, &DirMeta::stat(&fd, &dir)?)?;
-        Ok(Some(Store::new(dir, fd)))
-    }
-
-    fn new(dir: PathBuf, fd: OwnedFd) -> Store {
-        Store {
-            dir,
-            fd,
-            held: RefCell::new(None),
-        }
+        Ok(Some(store(dir, fd)))
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// Writes the record atomically (temp file in the same directory, then rename), with the
-    /// attachment locked. The lock stays held for the rest of the process and by a delegate it
-    /// execs, so a DEL of the same attachment waits for the ADD to finish.
-    pub fn write(&self, record: &Record) -> Result<()> {
+    /// Writes the record atomically, with the attachment locked; the lock stays held until the
+    /// store is dropped (or handed to an exec'd delegate by [`exec_lock`](Store::exec_lock)),
+    /// so a DEL of the same attachment waits for the ADD to finish. Another process holding the
+    /// attachment past `lockWaitSeconds`: code 11.
+    pub fn write(&mut self, record: &Record) -> Result<()> {
         let name = file_name(&record.container_id, &record.ifname)?;
         let tmp = temp_name(&name);
         let path = self.dir.join(&name);
-        let held = self.held.borrow_mut().take();
-        let old = match held {
+        let old = match self.held.take() {
             Some(lock) if lock.name == name => lock,
             other => {
                 if let Some(lock) = other {
-                    self.release(lock, false);
+                    self.release(lock);
                 }
                 // A new attachment (the common case: a new sandbox): the record is created
                 // unnamed, locked and written, then linked into place. One inode and one link,
@@ -231,19 +186,12 @@ impl Store {
                     .link_new(&name, &record.encode())
                     .map_err(|e| io_error(&path, "create", &e))?
                 {
-                    // Inherited across exec: the delegate keeps the attachment locked until it
-                    // exits.
-                    let _ = at::set_cloexec(&fd, false);
-                    *self.held.borrow_mut() = Some(Lock {
-                        name,
-                        fd,
-                        keep: true,
-                    });
+                    self.held = Some(Lock { name, fd });
                     return Ok(());
                 }
-                self.lock(&name, true)
+                self.lock(&name, self.deadline())
                     .map_err(|e| io_error(&path, "lock", &e))?
-                    .expect("a blocking lock is granted")
+                    .map_err(|busy| busy_error(&record.container_id, &record.ifname, &busy))?
             }
         };
         let tmp_path = self.dir.join(&tmp);
@@ -251,7 +199,10 @@ impl Store {
             remove_entry(&self.fd, &tmp).map_err(|e| io_error(&tmp_path, "remove", &e))?;
             let fd = at::create_new(&self.fd, OsStr::new(&tmp), 0o600)
                 .map_err(|e| io_error(&tmp_path, "create", &e))?;
-            at::flock(&fd, true).map_err(|e| io_error(&tmp_path, "lock", &e))?;
+            // Nobody else can know this new inode yet: the lock is granted at once.
+            lock::take(&fd, Wait::Once)
+                .map_err(|e| io_error(&tmp_path, "lock", &e))?
+                .map_err(|_| io_error(&tmp_path, "lock", &io::ErrorKind::WouldBlock.into()))?;
             let mut file = std::fs::File::from(fd);
             file.write_all(&record.encode())
                 .map_err(|e| io_error(&tmp_path, "write", &e))?;
@@ -261,69 +212,79 @@ impl Store {
         })();
         match result {
             Ok(fd) => {
-                // Inherited across exec: the delegate keeps the attachment locked until it exits.
-                let _ = at::set_cloexec(&fd, false);
-                *self.held.borrow_mut() = Some(Lock {
-                    name,
-                    fd,
-                    keep: true,
-                });
+                self.held = Some(Lock { name, fd });
                 // The old inode is no longer the record: nothing to clean, just let it go.
                 drop(old.fd);
                 Ok(())
             }
             Err(e) => {
                 let _ = remove_entry(&self.fd, &tmp);
-                *self.held.borrow_mut() = Some(old);
+                self.held = Some(old);
                 Err(e)
             }
         }
     }
 
-    /// Reads the record of an attachment; `None` when there is none. The attachment stays
-    /// locked until the store is dropped (or another attachment is locked), so the caller can
-    /// tear it down and [`remove`](Store::remove) the record without an ADD in between. A record
-    /// that cannot be read or parsed is reported as an error string so the caller can log it and
-    /// carry on.
-    pub fn read(
-        &self,
-        container_id: &str,
-        ifname: &str,
-    ) -> std::result::Result<Option<Record>, String> {
-        let name = file_name(container_id, ifname).map_err(|e| e.msg())?;
+    /// Hands the held lock over for an exec: its descriptor, no longer close-on-exec, for the
+    /// caller to keep open until it execs the delegate, which then holds the attachment until
+    /// it exits. `Ok(None)` when nothing is held. On failure the lock stays with the store.
+    pub fn exec_lock(&mut self) -> io::Result<Option<OwnedFd>> {
+        let Some(lock) = self.held.take() else {
+            return Ok(None);
+        };
+        match sys::set_cloexec(lock.fd.as_fd(), false) {
+            Ok(()) => Ok(Some(lock.fd)),
+            Err(e) => {
+                self.held = Some(lock);
+                Err(e)
+            }
+        }
+    }
+
+    /// Locks an attachment (waiting at most `lockWaitSeconds`) and reads its record; `None` when
+    /// there is none. The attachment stays locked until the store is dropped (or another is
+    /// locked), so the caller can tear it down and [`remove`](Store::remove) the record without
+    /// an ADD in between. Another process holding it past the bound: code 11; a record that
+    /// cannot be read or parsed: code 5, for the caller to log and carry on.
+    pub fn read(&mut self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
+        let name = file_name(container_id, ifname)?;
         let path = self.dir.join(&name);
         self.take_lock(&name)
-            .map_err(|e| format!("cannot lock record {}: {e}", path.display()))?;
-        let held = self.held.borrow();
-        let Some(lock) = held.as_ref() else {
+            .map_err(|e| io_error(&path, "lock record", &e))?
+            .map_err(|busy| busy_error(container_id, ifname, &busy))?;
+        let Some(lock) = &self.held else {
             // A read-only cache dir without this record: nothing to read, nothing to lock.
             return Ok(None);
         };
         // The lock is on the record's own inode: read through it.
         let mut bytes = Vec::new();
         at::pread_all(&lock.fd, MAX_RECORD_BYTES, &mut bytes)
-            .map_err(|e| format!("cannot read record {}: {e}", path.display()))?;
+            .map_err(|e| io_error(&path, "read record", &e))?;
         if bytes.is_empty() {
             return Ok(None);
         }
-        let record = Record::decode(&bytes)
-            .map_err(|e| format!("record {} is corrupt: {e}", path.display()))?;
+        let corrupt = |why: String| {
+            Error::new(
+                code::IO_FAILURE,
+                format!("record {} {why}", path.display()),
+                "",
+            )
+        };
+        let record = Record::decode(&bytes).map_err(|e| corrupt(format!("is corrupt: {e}")))?;
         if record.container_id != container_id || record.ifname != ifname {
-            return Err(format!(
-                "record {} belongs to another attachment",
-                path.display()
-            ));
+            return Err(corrupt("belongs to another attachment".to_owned()));
         }
         Ok(Some(record))
     }
 
     /// Removes an attachment's record (and a temp file a killed writer left); a missing record
     /// is fine.
-    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<()> {
+    pub fn remove(&mut self, container_id: &str, ifname: &str) -> Result<()> {
         let name = file_name(container_id, ifname)?;
         let path = self.dir.join(&name);
         self.take_lock(&name)
-            .map_err(|e| io_error(&path, "lock", &e))?;
+            .map_err(|e| io_error(&path, "lock", &e))?
+            .map_err(|busy| busy_error(container_id, ifname, &busy))?;
         let tmp = temp_name(&name);
         remove_entry(&self.fd, &tmp).map_err(|e| io_error(&self.dir.join(&tmp), "remove", &e))?;
         remove_entry(&self.fd, &name).map_err(|e| io_error(&path, "remove", &e))
@@ -346,8 +307,11 @@ impl Store {
     }
 
     /// Removes temp files whose writer is gone (its attachment is not locked). Returns how many
-    /// were removed.
-    pub fn sweep_temp_files(&self) -> usize {
+    /// were removed. Lets go of the attachment this store held.
+    pub fn sweep_temp_files(&mut self) -> usize {
+        if let Some(lock) = self.held.take() {
+            self.release(lock);
+        }
         let Ok(names) = self.names() else {
             return 0;
         };
@@ -360,26 +324,24 @@ impl Store {
                 continue;
             }
             // A writer holds its attachment's lock: if we get it, nobody is writing.
-            let Ok(Some(lock)) = self.lock(record, false) else {
+            let Ok(Ok(lock)) = self.lock(record, Wait::Once) else {
                 continue;
             };
             if remove_entry(&self.fd, &tmp).is_ok() {
                 removed += 1;
             }
-            self.release(lock, false);
+            self.release(lock);
         }
         removed
     }
 
+    fn deadline(&self) -> Wait {
+        Wait::Until(Instant::now() + self.lock_wait)
+    }
+
     /// Lets a lock go. Whoever holds it is the only one who could be writing the attachment's
     /// temp file or placeholder: those are left-overs of a killed process, or our own, and go.
-    /// A lock [`write`](Store::write) took is kept instead when the process is done with the
-    /// store (`at_end`): the delegate it is about to run, or exec, must still hold it.
-    fn release(&self, lock: Lock, at_end: bool) {
-        if lock.keep && at_end {
-            std::mem::forget(lock.fd);
-            return;
-        }
+    fn release(&self, lock: Lock) {
         let _ = remove_entry(&self.fd, &temp_name(&lock.name));
         let name = OsStr::new(&lock.name);
         if let (Ok(st), Ok(now)) = (at::fstat(&lock.fd), at::lstat(&self.fd, name)) {
@@ -400,22 +362,23 @@ impl Store {
         Ok(out)
     }
 
-    /// Makes `name` the attachment this process holds locked (blocking), releasing any other.
-    /// On a read-only file system where the record does not exist, nothing is locked.
-    fn take_lock(&self, name: &str) -> io::Result<()> {
-        if self.held.borrow().as_ref().is_some_and(|l| l.name == name) {
-            return Ok(());
+    /// Makes `name` the attachment this process holds locked (waiting at most the bound),
+    /// releasing any other. On a read-only file system where the record does not exist,
+    /// nothing is locked.
+    fn take_lock(&mut self, name: &str) -> io::Result<std::result::Result<(), Busy>> {
+        if self.held.as_ref().is_some_and(|l| l.name == name) {
+            return Ok(Ok(()));
         }
-        let previous = self.held.borrow_mut().take();
-        if let Some(lock) = previous {
-            self.release(lock, false);
+        if let Some(lock) = self.held.take() {
+            self.release(lock);
         }
-        match self.lock(name, true) {
-            Ok(lock) => {
-                *self.held.borrow_mut() = lock;
-                Ok(())
+        match self.lock(name, self.deadline()) {
+            Ok(Ok(lock)) => {
+                self.held = Some(lock);
+                Ok(Ok(()))
             }
-            Err(e) if e.raw_os_error() == Some(libc::EROFS) => Ok(()),
+            Ok(Err(busy)) => Ok(Err(busy)),
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => Ok(Ok(())),
             Err(e) => Err(e),
         }
     }
@@ -436,7 +399,10 @@ impl Store {
             }
             Err(e) => return Err(e),
         };
-        at::flock(&fd, true)?;
+        // Nobody else can know this unnamed inode: the lock is granted at once.
+        if lock::take(&fd, Wait::Once)?.is_err() {
+            return Ok(None);
+        }
         let mut file = std::fs::File::from(fd);
         file.write_all(bytes)?;
         let fd = OwnedFd::from(file);
@@ -453,27 +419,23 @@ impl Store {
     }
 
     /// Locks the inode at `name`, creating an empty placeholder when there is none, and makes
-    /// sure the lock is on what the name points to once it is granted. `Ok(None)`: not blocking
-    /// and someone else holds it.
-    fn lock(&self, name: &str, blocking: bool) -> io::Result<Option<Lock>> {
+    /// sure the lock is on what the name points to once it is granted.
+    fn lock(&self, name: &str, wait: Wait) -> io::Result<std::result::Result<Lock, Busy>> {
         let cname = OsStr::new(name);
         loop {
             let fd = at::open_lock(&self.fd, cname)?;
             let st = at::fstat(&fd)?;
             if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                return Err(io::Error::other("not a regular file"));
+                return Err(io::Error::other("it is not a regular file"));
             }
-            match at::flock(&fd, blocking) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => return Ok(None),
-                Err(e) => return Err(e),
+            if let Err(busy) = lock::take(&fd, wait)? {
+                return Ok(Err(busy));
             }
             match at::lstat(&self.fd, cname) {
                 Ok(now) if now.st_ino == st.st_ino && now.st_dev == st.st_dev => {
-                    return Ok(Some(Lock {
+                    return Ok(Ok(Lock {
                         name: name.to_owned(),
                         fd,
-                        keep: false,
                     }))
                 }
                 // Replaced or removed while we waited: lock what is there now.
@@ -487,10 +449,26 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if let Some(lock) = self.held.get_mut().take() {
-            self.release(lock, true);
+        if let Some(lock) = self.held.take() {
+            self.release(lock);
         }
     }
+}
+
+/// The error for an attachment another process holds past the bound.
+fn busy_error(container_id: &str, ifname: &str, busy: &Busy) -> Error {
+    let who = match busy.holder {
+        0 => "another process".to_owned(),
+        pid => format!("process {pid}"),
+    };
+    Error::new(
+        code::TRY_AGAIN_LATER,
+        format!(
+            "cni-guard: attachment {container_id}/{ifname} is held by {who} (an ADD or DEL of it still running) after waiting {:.1}s",
+            busy.waited.as_secs_f64()
+        ),
+        "lockWaitSeconds bounds the wait; the runtime retries",
+    )
 }
 
 /// `<containerID>:<ifname>.json`, refusing what could make it another path.
@@ -518,16 +496,10 @@ fn parse_name(name: &str) -> Option<(&str, &str)> {
     name.strip_suffix(".json")?.split_once(':')
 }
 
-/// The record a temp file belongs to: `.<record>.tmp`, or `.<record>.<pid>.tmp` as written by
-/// earlier versions, which took no lock: such a file is only stale once its writer is gone.
+/// The record a temp file belongs to: `.<record>.tmp`.
 fn record_of_temp(name: &str) -> Option<&str> {
     let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
-    if inner.ends_with(".json") {
-        return Some(inner);
-    }
-    let (record, pid) = inner.rsplit_once('.')?;
-    let pid: libc::pid_t = pid.parse().ok()?;
-    (pid > 0 && record.ends_with(".json") && !sys::pid_alive(pid)).then_some(record)
+    inner.ends_with(".json").then_some(inner)
 }
 
 /// Removes a directory entry; a missing one is fine.
@@ -538,90 +510,52 @@ fn remove_entry(dir: &OwnedFd, name: &str) -> io::Result<()> {
     }
 }
 
-/// What [`check_dir`] looks at, from `lstat` or from `fstat` on an open directory.
-struct DirMeta {
-    is_symlink: bool,
-    is_dir: bool,
-    uid: u32,
-    mode: u32,
-}
-
-impl DirMeta {
-    fn of(meta: &std::fs::Metadata) -> DirMeta {
-        DirMeta {
-            is_symlink: meta.file_type().is_symlink(),
-            is_dir: meta.is_dir(),
-            uid: meta.uid(),
-            mode: meta.mode(),
-        }
-    }
-
-    fn stat(fd: &OwnedFd, path: &Path) -> Result<DirMeta> {
-        let st = at::fstat(fd).map_err(|e| io_error(path, "examine", &e))?;
-        Ok(DirMeta {
-            is_symlink: false,
-            is_dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
-            uid: st.st_uid,
-            mode: st.st_mode,
-        })
-    }
-}
-
-fn check_dir(path: &Path, meta: &DirMeta) -> Result<()> {
-    let refuse = |why: &str| {
-        Err(Error::new(
-            code::INVALID_CONFIG,
-            format!("cacheDir {} {why}", path.display()),
-            "the guard keeps its records only in a private directory it owns",
-        ))
-    };
-    if meta.is_symlink {
-        return refuse("is a symlink");
-    }
-    if !meta.is_dir {
-        return refuse("is not a directory");
-    }
-    let euid = sys::geteuid();
-    if meta.uid != euid {
-        return refuse(&format!(
-            "is owned by uid {}, not by the guard's uid {euid}",
-            meta.uid
-        ));
-    }
-    if meta.mode & 0o002 != 0 {
-        return refuse("is writable by others");
-    }
-    Ok(())
-}
-
-fn dir_open_error(path: &Path, e: &io::Error) -> Error {
-    match e.raw_os_error() {
-        Some(libc::ELOOP) => Error::new(
-            code::INVALID_CONFIG,
-            format!("cacheDir {} is a symlink", path.display()),
-            "the guard keeps its records only in a private directory it owns",
-        ),
-        Some(libc::ENOTDIR) => Error::new(
-            code::INVALID_CONFIG,
-            format!("cacheDir {} is not a directory", path.display()),
-            "the guard keeps its records only in a private directory it owns",
-        ),
-        _ => io_error(path, "open", e),
-    }
-}
-
-fn io_error(path: &Path, what: &str, e: &io::Error) -> Error {
-    Error::new(
-        code::IO_FAILURE,
-        format!("cannot {what} {}: {e}", path.display()),
-        "",
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::process::{Child, Command, Stdio};
+
+    const W: Duration = Duration::from_secs(5);
+
+    /// Another process holding a POSIX write lock on `path` (POSIX locks never conflict
+    /// within one process, so the holder must be another one), until it is killed.
+    struct Holder(Child);
+
+    impl Holder {
+        fn lock(path: &Path) -> Holder {
+            let mut child = Command::new("python3")
+                .args([
+                    "-c",
+                    "import fcntl,sys,time\n\
+                     f=open(sys.argv[1],'r+')\n\
+                     fcntl.lockf(f,fcntl.LOCK_EX)\n\
+                     print('locked',flush=True)\n\
+                     time.sleep(60)",
+                ])
+                .arg(path)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3 runs the lock holder");
+            let mut line = String::new();
+            BufReader::new(child.stdout.as_mut().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, "locked\n");
+            Holder(child)
+        }
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+    }
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 
     fn record(id: &str) -> Record {
         Record {
@@ -638,8 +572,8 @@ mod tests {
     fn round_trip_with_tight_modes() {
         let d = tempfile::tempdir().unwrap();
         let cache = d.path().join("cache");
-        assert!(Store::open(&cache, "g", false).unwrap().is_none());
-        let s = Store::open(&cache, "g", true).unwrap().unwrap();
+        assert!(Store::open_existing(&cache, "g", W).unwrap().is_none());
+        let mut s = Store::create(&cache, "g", W).unwrap();
         s.write(&record("c1")).unwrap();
         assert_eq!(s.read("c1", "eth0").unwrap().unwrap(), record("c1"));
         assert_eq!(s.read("c2", "eth0").unwrap(), None);
@@ -664,49 +598,48 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert_eq!(Store::open(&link, "g", true).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&link, "g", W).unwrap_err().code(), 7);
         std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(Store::open(&real, "g", true).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&real, "g", W).unwrap_err().code(), 7);
         let file = d.path().join("file");
         std::fs::write(&file, "").unwrap();
-        assert_eq!(Store::open(&file, "g", true).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&file, "g", W).unwrap_err().code(), 7);
     }
 
     #[test]
     fn corrupt_record_is_reported_not_trusted() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::open(d.path(), "g", true).unwrap().unwrap();
+        let mut s = Store::create(d.path(), "g", W).unwrap();
         std::fs::write(s.dir().join("c1:eth0.json"), "{\"containerID\":").unwrap();
-        assert!(s.read("c1", "eth0").unwrap_err().contains("corrupt"));
+        assert!(s.read("c1", "eth0").unwrap_err().msg().contains("corrupt"));
         let mut other = record("c9");
         other.ifname = "eth0".into();
         std::fs::write(s.dir().join("c1:eth0.json"), other.encode()).unwrap();
         assert!(s
             .read("c1", "eth0")
             .unwrap_err()
+            .msg()
             .contains("another attachment"));
     }
 
     #[test]
     fn sweeps_temp_files_of_unlocked_attachments_only() {
         let d = tempfile::tempdir().unwrap();
-        let writer = Store::open(d.path(), "g", true).unwrap().unwrap();
+        let mut writer = Store::create(d.path(), "g", W).unwrap();
         writer.write(&record("c1")).unwrap();
-        // c1 is locked by its writer: its temp file is in progress, not stale.
-        let live = writer.dir().join(".c1:eth0.json.tmp");
-        let dead = writer.dir().join(".c2:eth0.json.tmp");
-        let legacy_dead = writer.dir().join(".c3:eth0.json.2147483646.tmp");
-        let legacy_live = writer
-            .dir()
-            .join(format!(".c4:eth0.json.{}.tmp", sys::getpid()));
-        for p in [&live, &dead, &legacy_dead, &legacy_live] {
+        drop(writer);
+        // c1 is locked by a live writer: its temp file is in progress, not stale.
+        let _writer = Holder::lock(&d.path().join("g/c1:eth0.json"));
+        let live = d.path().join("g/.c1:eth0.json.tmp");
+        let dead = d.path().join("g/.c2:eth0.json.tmp");
+        for p in [&live, &dead] {
             std::fs::write(p, "{").unwrap();
         }
-        let gc = Store::open(d.path(), "g", false).unwrap().unwrap();
-        assert_eq!(gc.sweep_temp_files(), 2);
-        assert!(live.exists() && legacy_live.exists());
-        assert!(!dead.exists() && !legacy_dead.exists());
-        // Locking c2 and c3 to sweep left no placeholder behind.
+        let mut gc = Store::open_existing(d.path(), "g", W).unwrap().unwrap();
+        assert_eq!(gc.sweep_temp_files(), 1);
+        assert!(live.exists());
+        assert!(!dead.exists());
+        // Locking c2 to sweep left no placeholder behind.
         assert_eq!(gc.list().unwrap(), [("c1".to_owned(), "eth0".to_owned())]);
     }
 
@@ -722,7 +655,7 @@ mod tests {
     #[test]
     fn the_next_holder_removes_what_a_killed_process_left() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::open(d.path(), "g", true).unwrap().unwrap();
+        let mut s = Store::create(d.path(), "g", W).unwrap();
         // Killed after locking a new attachment (placeholder) and mid-way through its temp file.
         std::fs::write(s.dir().join("c1:eth0.json"), "").unwrap();
         std::fs::write(s.dir().join(".c1:eth0.json.tmp"), "{\"contain").unwrap();
@@ -730,11 +663,9 @@ mod tests {
         drop(s);
         assert!(names(&d.path().join("g")).is_empty());
         // Killed mid-write over an existing record: the record survives, the temp does not.
-        // (Records are made by hand in these tests: a write's lock is held until the process
-        // exits, by design.)
         std::fs::write(d.path().join("g/c1:eth0.json"), record("c1").encode()).unwrap();
         std::fs::write(d.path().join("g/.c1:eth0.json.tmp"), "{\"contain").unwrap();
-        let s = Store::open(d.path(), "g", false).unwrap().unwrap();
+        let mut s = Store::open_existing(d.path(), "g", W).unwrap().unwrap();
         assert_eq!(s.read("c1", "eth0").unwrap().unwrap(), record("c1"));
         drop(s);
         assert_eq!(names(&d.path().join("g")), ["c1:eth0.json"]);
@@ -745,9 +676,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let target = d.path().join("target");
         std::fs::write(&target, "precious").unwrap();
-        let s = Store::open(&d.path().join("cache"), "g", true)
-            .unwrap()
-            .unwrap();
+        let mut s = Store::create(&d.path().join("cache"), "g", W).unwrap();
         std::os::unix::fs::symlink(&target, s.dir().join(".c1:eth0.json.tmp")).unwrap();
         s.write(&record("c1")).unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
@@ -759,9 +688,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let target = d.path().join("target");
         std::fs::write(&target, "precious").unwrap();
-        let s = Store::open(&d.path().join("cache"), "g", true)
-            .unwrap()
-            .unwrap();
+        let mut s = Store::create(&d.path().join("cache"), "g", W).unwrap();
         std::os::unix::fs::symlink(&target, s.dir().join("c1:eth0.json")).unwrap();
         assert_eq!(s.write(&record("c1")).unwrap_err().code(), 5);
         assert!(s.read("c1", "eth0").is_err());
@@ -771,7 +698,7 @@ mod tests {
         let fifo = std::ffi::CString::new(s.dir().join("c1:eth0.json").to_str().unwrap()).unwrap();
         // SAFETY: fifo is a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        assert!(s.read("c1", "eth0").unwrap_err().contains("regular"));
+        assert!(s.read("c1", "eth0").unwrap_err().msg().contains("regular"));
     }
 
     #[test]
@@ -781,47 +708,77 @@ mod tests {
         std::fs::create_dir(&cache).unwrap();
         std::fs::create_dir(d.path().join("elsewhere")).unwrap();
         std::os::unix::fs::symlink(d.path().join("elsewhere"), cache.join("g")).unwrap();
-        let e = Store::open(&cache, "g", true).unwrap_err();
+        let e = Store::create(&cache, "g", W).unwrap_err();
         assert_eq!(e.code(), 7);
         assert!(e.msg().contains("symlink"), "{}", e.msg());
-        assert_eq!(Store::open(&cache, "../x", true).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&cache, "../x", W).unwrap_err().code(), 7);
         if sys::geteuid() == 0 {
             let other = d.path().join("other");
             std::fs::create_dir(&other).unwrap();
             std::os::unix::fs::chown(&other, Some(4242), None).unwrap();
-            let e = Store::open(&other, "g", true).unwrap_err();
+            let e = Store::create(&other, "g", W).unwrap_err();
             assert!(e.msg().contains("owned by uid 4242"), "{}", e.msg());
         }
     }
 
     #[test]
-    fn readers_of_the_same_attachment_take_turns() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
+    fn a_holder_past_the_bound_is_named_and_nothing_is_touched() {
         let d = tempfile::tempdir().unwrap();
-        let dir = Store::open(d.path(), "g", true)
-            .unwrap()
-            .unwrap()
-            .dir()
-            .to_owned();
-        std::fs::write(dir.join("c1:eth0.json"), record("c1").encode()).unwrap();
-        let a = Store::open(d.path(), "g", false).unwrap().unwrap();
-        assert!(a.read("c1", "eth0").unwrap().is_some());
-        let released = Arc::new(AtomicBool::new(false));
-        let (path, flag) = (d.path().to_owned(), released.clone());
-        let b = std::thread::spawn(move || {
-            let b = Store::open(&path, "g", false).unwrap().unwrap();
-            let r = b.read("c1", "eth0").unwrap();
-            (flag.load(Ordering::SeqCst), r.is_some())
+        let mut s = Store::create(d.path(), "g", W).unwrap();
+        s.write(&record("c1")).unwrap();
+        drop(s);
+        let holder = Holder::lock(&d.path().join("g/c1:eth0.json"));
+        let short = Duration::from_millis(200);
+        let mut s = Store::open_existing(d.path(), "g", short).unwrap().unwrap();
+        for e in [
+            s.read("c1", "eth0").unwrap_err(),
+            s.remove("c1", "eth0").unwrap_err(),
+            s.write(&record("c1")).unwrap_err(),
+        ] {
+            assert_eq!(e.code(), 11);
+            assert!(
+                e.msg()
+                    .contains(&format!("held by process {}", holder.pid())),
+                "{}",
+                e.msg()
+            );
+        }
+        assert_eq!(names(&d.path().join("g")), ["c1:eth0.json"]);
+        // Once the holder is gone, the same store gets the attachment.
+        drop(holder);
+        assert_eq!(s.read("c1", "eth0").unwrap().unwrap(), record("c1"));
+    }
+
+    #[test]
+    fn a_waiter_gets_the_attachment_when_the_holder_lets_go() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::create(d.path(), "g", W).unwrap();
+        s.write(&record("c1")).unwrap();
+        drop(s);
+        let holder = Holder::lock(&d.path().join("g/c1:eth0.json"));
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder);
         });
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        // a tears down: removes the record and lets go.
-        a.remove("c1", "eth0").unwrap();
-        released.store(true, Ordering::SeqCst);
-        drop(a);
-        let (after_release, found) = b.join().unwrap();
-        assert!(after_release, "b read while a held the attachment");
-        assert!(!found, "b saw a's removal");
-        assert!(names(&d.path().join("g")).is_empty());
+        let mut s = Store::open_existing(d.path(), "g", W).unwrap().unwrap();
+        assert_eq!(s.read("c1", "eth0").unwrap().unwrap(), record("c1"));
+        release.join().unwrap();
+    }
+
+    #[test]
+    fn the_exec_lock_is_handed_over_without_close_on_exec() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::create(d.path(), "g", W).unwrap();
+        assert!(s.exec_lock().unwrap().is_none());
+        s.write(&record("c1")).unwrap();
+        let fd = s
+            .exec_lock()
+            .unwrap()
+            .expect("the written attachment is held");
+        let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_eq!(flags & libc::FD_CLOEXEC, 0);
+        // The store no longer holds it: dropping the store leaves the record alone.
+        drop(s);
+        assert_eq!(names(&d.path().join("g")), ["c1:eth0.json"]);
     }
 }

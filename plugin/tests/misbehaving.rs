@@ -1,0 +1,351 @@
+//! Delegate plugins that misbehave, against the built binary: one that leaves a process behind
+//! on its pipes, one that daemonizes, one that hangs, one that closes stdout and then hangs, one
+//! whose child outlives it holding everything it inherited, one killed by a signal. Each runs on
+//! both of the guard's paths: as a child (a two-plugin conflist, bounded by
+//! `delegateTimeoutSeconds`) and exec'd (one plugin at the guard's version).
+//!
+//! What must hold in every case: the guard's own time is bounded (it never waits for what a
+//! plugin left behind, and never past its bound), successful work is never reported as a
+//! timeout, and DEL of a successful ADD succeeds without waiting for leftovers: the attachment
+//! lock dies with the process that held it.
+//!
+//! Leftovers sleep [`LINGER`] seconds: a guard that waited for them would take at least that.
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long what a plugin leaves behind lives.
+const LINGER: u64 = 6;
+/// What "did not wait for the leftovers" means: well under [`LINGER`].
+const PROMPT: Duration = Duration::from_secs(3);
+
+const RESULT: &str =
+    r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.9.0.2/24","interface":0}]}"#;
+
+struct Fx {
+    dir: tempfile::TempDir,
+}
+
+struct Done {
+    status: i32,
+    stdout: String,
+    took: Duration,
+}
+
+impl Done {
+    fn reply(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}): {:?}", self.stdout))
+    }
+    fn ok(&self) -> &Self {
+        assert_eq!(self.status, 0, "stdout {}", self.stdout);
+        self
+    }
+    fn error(&self, code: u64) -> Value {
+        assert_ne!(self.status, 0, "expected failure, stdout {}", self.stdout);
+        let v = self.reply();
+        assert_eq!(v["code"], code, "reply {v}");
+        v
+    }
+    fn prompt(&self, what: &str) -> &Self {
+        assert!(self.took < PROMPT, "{what} took {:?}", self.took);
+        self
+    }
+}
+
+impl Fx {
+    fn new() -> Fx {
+        let fx = Fx {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for d in ["bin", "net.d", "out"] {
+            std::fs::create_dir(fx.path(d)).unwrap();
+        }
+        fx
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// A plugin whose ADD runs `add` (then prints [`RESULT`] unless `add` ended the script) and
+    /// whose other verbs succeed at once; every call is logged.
+    fn plugin(&self, ty: &str, add: &str) {
+        let log = self.path("calls.log");
+        let body = format!(
+            "#!/bin/sh\n\
+             echo \"{ty} $CNI_COMMAND $CNI_CONTAINERID\" >>'{log}'\n\
+             if [ \"$CNI_COMMAND\" = ADD ]; then\n{add}\nprintf '%s' '{RESULT}'\nfi\n",
+            log = log.display()
+        );
+        let p = self.path("bin").join(ty);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+
+    /// The delegate: `types` as one conflist (one type: the guard execs it; two: it runs them
+    /// as children).
+    fn delegate(&self, types: &[&str]) {
+        let plugins: Vec<Value> = types.iter().map(|t| json!({"type": t})).collect();
+        let list = json!({"cniVersion":"1.0.0","name":"multus-net","plugins":plugins});
+        std::fs::write(
+            self.path("net.d/00-multus.conflist"),
+            serde_json::to_vec(&list).unwrap(),
+        )
+        .unwrap();
+    }
+
+    fn guard(&self, extra: Value) -> Vec<u8> {
+        let mut v = json!({"cniVersion":"1.0.0","name":"guarded","type":"cni-guard",
+            "delegate": self.path("net.d/00-multus.conflist"), "cacheDir": self.path("cache"),
+            "delegateTimeoutSeconds": 1});
+        for (k, val) in extra.as_object().unwrap() {
+            v[k] = val.clone();
+        }
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    /// Starts the guard for `verb` on container `id`. Its stdout goes to a file, so the time
+    /// measured is the process's own, not that of whoever else holds a pipe.
+    fn start(&self, verb: &str, id: &str, conf: &[u8]) -> (Child, PathBuf) {
+        let out = self.path(&format!("out/{verb}-{id}-{}", unique()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cni-guard"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("CNI_GUARD_SYSLOG", self.path("no-syslog"))
+            .env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", "/run/netns/test")
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", self.path("bin"))
+            .stdin(Stdio::piped())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(conf).unwrap();
+        (child, out)
+    }
+
+    fn finish(&self, (mut child, out): (Child, PathBuf), start: Instant) -> Done {
+        let status = child.wait().unwrap();
+        let took = start.elapsed();
+        Done {
+            status: status.code().unwrap_or(-1),
+            stdout: std::fs::read_to_string(out).unwrap(),
+            took,
+        }
+    }
+
+    fn run(&self, verb: &str, id: &str, conf: &[u8]) -> Done {
+        let start = Instant::now();
+        let child = self.start(verb, id, conf);
+        self.finish(child, start)
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.path("calls.log")).unwrap_or_default()
+    }
+
+    fn records(&self) -> Vec<String> {
+        match std::fs::read_dir(self.path("cache/guarded")) {
+            Ok(rd) => rd
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// ADD, then DEL: both succeed, neither waits for what the plugin left behind.
+fn add_then_del_are_prompt(fx: &Fx, what: &str) {
+    let conf = fx.guard(json!({}));
+    let add = fx.run("ADD", "c1", &conf);
+    add.ok().prompt(&format!("{what}: ADD"));
+    assert_eq!(add.reply()["ips"][0]["address"], "10.9.0.2/24");
+    assert_eq!(fx.records(), ["c1:eth0.json"]);
+    fx.run("DEL", "c1", &conf)
+        .ok()
+        .prompt(&format!("{what}: DEL after ADD"));
+    assert!(fx.records().is_empty(), "{:?}", fx.records());
+    eprintln!("{what}: ADD {:?}", add.took);
+}
+
+const LEAVES_BEHIND: &str = "sleep $LINGER &";
+const DAEMONIZES: &str = "setsid sleep $LINGER &";
+
+fn with_linger(body: &str) -> String {
+    body.replace("$LINGER", &LINGER.to_string())
+}
+
+#[test]
+fn leaves_a_process_behind_on_its_pipes_as_a_child() {
+    let fx = Fx::new();
+    fx.plugin("first", &with_linger(LEAVES_BEHIND));
+    fx.plugin("second", &with_linger(LEAVES_BEHIND));
+    fx.delegate(&["first", "second"]);
+    add_then_del_are_prompt(&fx, "leaves a process behind (child)");
+}
+
+#[test]
+fn leaves_a_process_behind_when_execd() {
+    let fx = Fx::new();
+    // The leftover inherits the exec'd delegate's lock descriptor, but not its lock.
+    fx.plugin("only", &with_linger(LEAVES_BEHIND));
+    fx.delegate(&["only"]);
+    add_then_del_are_prompt(&fx, "leaves a process behind (exec)");
+}
+
+#[test]
+fn daemonizes_as_a_child() {
+    let fx = Fx::new();
+    fx.plugin("first", &with_linger(DAEMONIZES));
+    fx.plugin("second", "");
+    fx.delegate(&["first", "second"]);
+    add_then_del_are_prompt(&fx, "daemonizes (child)");
+}
+
+#[test]
+fn daemonizes_when_execd() {
+    let fx = Fx::new();
+    fx.plugin("only", &with_linger(DAEMONIZES));
+    fx.delegate(&["only"]);
+    add_then_del_are_prompt(&fx, "daemonizes (exec)");
+}
+
+#[test]
+fn no_lock_descriptor_reaches_a_childs_leftovers() {
+    let fx = Fx::new();
+    // The leftover writes where its descriptors point, then lingers.
+    let fds = fx.path("leftover-fds");
+    fx.plugin(
+        "first",
+        &format!(
+            "(ls -l /proc/self/fd/ >'{}'; sleep {LINGER}) &",
+            fds.display()
+        ),
+    );
+    fx.plugin("second", "");
+    fx.delegate(&["first", "second"]);
+    add_then_del_are_prompt(&fx, "child's leftover");
+    let listing = std::fs::read_to_string(&fds).unwrap();
+    assert!(
+        !listing.contains(fx.path("cache").to_str().unwrap()),
+        "a record descriptor reached the leftover:\n{listing}"
+    );
+}
+
+#[test]
+fn hangs_as_a_child_is_killed_at_the_bound_and_rolled_back() {
+    let fx = Fx::new();
+    fx.plugin("first", "");
+    fx.plugin("second", "exec sleep 30");
+    fx.delegate(&["first", "second"]);
+    let conf = fx.guard(json!({}));
+    let add = fx.run("ADD", "c1", &conf);
+    let e = add.error(999);
+    assert!(
+        e["msg"].as_str().unwrap().contains("did not finish within 1s"),
+        "{e}"
+    );
+    add.prompt("hang (child): ADD");
+    // Rolled back: DEL on both, in reverse; no record left.
+    assert!(
+        fx.calls().ends_with("second DEL c1\nfirst DEL c1\n"),
+        "{}",
+        fx.calls()
+    );
+    assert!(fx.records().is_empty(), "{:?}", fx.records());
+    fx.run("DEL", "c1", &conf).ok().prompt("hang (child): DEL");
+}
+
+#[test]
+fn closes_stdout_then_hangs_as_a_child_is_killed_at_the_bound() {
+    let fx = Fx::new();
+    fx.plugin("first", "");
+    fx.plugin(
+        "second",
+        &format!("printf '%s' '{RESULT}'; exec >&-; exec sleep 30"),
+    );
+    fx.delegate(&["first", "second"]);
+    let conf = fx.guard(json!({}));
+    let add = fx.run("ADD", "c1", &conf);
+    add.error(999);
+    add.prompt("closes stdout then hangs (child): ADD");
+    assert!(fx.records().is_empty(), "{:?}", fx.records());
+}
+
+#[test]
+fn killed_by_a_signal_as_a_child_is_reported_and_rolled_back() {
+    let fx = Fx::new();
+    fx.plugin("first", "");
+    fx.plugin("second", &format!("sleep {LINGER} & kill -9 $$"));
+    fx.delegate(&["first", "second"]);
+    let conf = fx.guard(json!({}));
+    let add = fx.run("ADD", "c1", &conf);
+    let e = add.error(999);
+    assert!(e["msg"].as_str().unwrap().contains("signal 9"), "{e}");
+    add.prompt("killed by a signal (child): ADD");
+    assert!(fx.records().is_empty(), "{:?}", fx.records());
+}
+
+#[test]
+fn killed_by_a_signal_when_execd_leaves_the_attachment_free() {
+    let fx = Fx::new();
+    fx.plugin("only", &format!("sleep {LINGER} & kill -9 $$"));
+    fx.delegate(&["only"]);
+    let conf = fx.guard(json!({}));
+    let add = fx.run("ADD", "c1", &conf);
+    assert_ne!(add.status, 0);
+    fx.run("DEL", "c1", &conf)
+        .ok()
+        .prompt("killed by a signal (exec): DEL");
+    assert!(fx.records().is_empty(), "{:?}", fx.records());
+}
+
+#[test]
+fn hangs_when_execd_holds_the_attachment_and_del_waits_only_its_bound() {
+    let fx = Fx::new();
+    fx.plugin("only", "exec sleep 30");
+    fx.delegate(&["only"]);
+    let conf = fx.guard(json!({"lockWaitSeconds": 0.5}));
+    let start = Instant::now();
+    let (mut add, add_out) = fx.start("ADD", "c1", &conf);
+    // The exec'd delegate has the attachment once its record is there.
+    while fx.records().is_empty() {
+        assert!(start.elapsed() < PROMPT, "no record");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let del = fx.run("DEL", "c1", &conf);
+    let e = del.error(11);
+    let msg = e["msg"].as_str().unwrap();
+    // exec keeps the pid: the holder named is the ADD the runtime started.
+    assert!(
+        msg.contains(&format!("held by process {}", add.id())) && msg.contains("not torn down"),
+        "{msg}"
+    );
+    del.prompt("hang (exec): DEL while held");
+    assert!(!fx.calls().contains("DEL"), "{}", fx.calls());
+    // A second ADD of the same attachment is refused the same way.
+    fx.run("ADD", "c1", &conf).error(11);
+    // The runtime gives up on the hung ADD and kills it, as containerd does at its deadline:
+    // the lock goes with it, and DEL goes through.
+    add.kill().unwrap();
+    add.wait().unwrap();
+    drop(add_out);
+    fx.run("DEL", "c1", &conf)
+        .ok()
+        .prompt("hang (exec): DEL after the kill");
+    assert!(fx.calls().contains("only DEL c1"), "{}", fx.calls());
+    assert!(fx.records().is_empty(), "{:?}", fx.records());
+}

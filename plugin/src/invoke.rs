@@ -192,7 +192,7 @@ fn wait_bounded(child: &mut Child, deadline: Instant) -> std::io::Result<Ended> 
             (None, None) => wait = wait.min(Duration::from_millis(10)),
             _ => {}
         }
-        sys::poll_readable(&fds, wait)?;
+        sys::poll_readable(&fds, Some(wait))?;
         if out_open {
             out_open = !sys::read_available(out.as_fd(), &mut stdout, MAX_STDOUT)?;
         }

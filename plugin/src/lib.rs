@@ -3,6 +3,10 @@
 //! CNI mode starts at [`cni::handle`]; `main.rs` turns its [`cni::Outcome`] into output, an
 //! exit code, or an exec of the delegate.
 
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod cni;
 pub mod config;
 pub mod delegate;

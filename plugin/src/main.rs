@@ -1,5 +1,7 @@
 //! The `cni-guard` binary: CNI plugin when `CNI_COMMAND` is set, operator tool otherwise.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -383,9 +383,7 @@ mod tests {
         let p = NetworkConfig::load(Path::new("/dev/zero"), "cni-guard").unwrap_err();
         assert!(p.reason.contains("device"), "{}", p.reason);
         let fifo = dir.path().join("fifo.conf");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: c is a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let p = NetworkConfig::load(&fifo, "cni-guard").unwrap_err();
         assert!(p.reason.contains("FIFO"), "{}", p.reason);
         let missing = NetworkConfig::load(&dir.path().join("nope.conf"), "cni-guard").unwrap_err();

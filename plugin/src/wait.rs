@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::GuardConfig;
 use crate::readiness::{self, Report};
-use crate::sys::Inotify;
+use crate::sys::{Inotify, DIR_CHANGES};
 
 /// Fallback step when inotify itself is unavailable (out of instances or watches).
 const FALLBACK_STEP: Duration = Duration::from_millis(50);
@@ -22,7 +22,7 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     let mut report = report;
     // One instance for the whole wait: adding a watch again is harmless, and every instance
     // dropped would cost a close.
-    let inotify = Inotify::new().ok();
+    let inotify = Inotify::with_background_close().ok();
     loop {
         let watching = inotify
             .as_ref()
@@ -55,7 +55,7 @@ fn watch(inotify: &Inotify, report: &Report, cni_path: &[PathBuf]) -> bool {
     for dir in report.watch_dirs(cni_path) {
         let mut cur: &Path = &dir;
         loop {
-            if inotify.watch_dir(cur).is_ok() {
+            if inotify.watch_dir(cur, DIR_CHANGES).is_ok() {
                 break;
             }
             match cur.parent() {

@@ -22,8 +22,7 @@ const LINGER: u64 = 6;
 /// What "did not wait for the leftovers" means: well under [`LINGER`].
 const PROMPT: Duration = Duration::from_secs(3);
 
-const RESULT: &str =
-    r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.9.0.2/24","interface":0}]}"#;
+const RESULT: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.9.0.2/24","interface":0}]}"#;
 
 struct Fx {
     dir: tempfile::TempDir,
@@ -255,7 +254,10 @@ fn hangs_as_a_child_is_killed_at_the_bound_and_rolled_back() {
     let add = fx.run("ADD", "c1", &conf);
     let e = add.error(999);
     assert!(
-        e["msg"].as_str().unwrap().contains("did not finish within 1s"),
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 1s"),
         "{e}"
     );
     add.prompt("hang (child): ADD");

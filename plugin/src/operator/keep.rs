@@ -83,7 +83,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
 
     loop {
         let timeout = if pending { RETRY_MS } else { -1 };
-        let ready = wait_readable(&[signals.raw_fd(), watch.raw_fd()], timeout)
+        let ready = wait_readable(&[signals.as_fd(), watch.as_fd()], timeout)
             .map_err(|e| Failure::failed(format!("poll: {e}")))?;
         if ready[0] {
             if let Some(signo) = signals

@@ -77,7 +77,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
     if let Some(signals) = signals {
         println!("uninstalled; waiting for SIGTERM");
         loop {
-            wait_readable(&[signals.raw_fd()], -1)
+            wait_readable(&[signals.as_fd()], -1)
                 .map_err(|e| Failure::failed(format!("poll: {e}")))?;
             if let Some(signo) = signals
                 .take()

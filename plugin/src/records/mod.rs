@@ -695,9 +695,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
         // A FIFO in its place: refused at once, never opened for a blocking read.
         std::fs::remove_file(s.dir().join("c1:eth0.json")).unwrap();
-        let fifo = std::ffi::CString::new(s.dir().join("c1:eth0.json").to_str().unwrap()).unwrap();
-        // SAFETY: fifo is a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(
+            &s.dir().join("c1:eth0.json"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
         assert!(s.read("c1", "eth0").unwrap_err().msg().contains("regular"));
     }
 

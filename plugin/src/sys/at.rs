@@ -1,174 +1,114 @@
 //! The `*at` system calls std does not wrap, on directory descriptors: how the record store
 //! opens, creates, renames and locks files without following symlinks.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-fn cstr(name: &OsStr) -> io::Result<CString> {
-    CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, openat, renameat, FcntlArg, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstat as nix_fstat, fstatat, mkdirat, FileStat, Mode};
+use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+
+fn mode(bits: u32) -> Mode {
+    Mode::from_bits_truncate(bits as nix::libc::mode_t)
 }
 
-fn dirfd(dir: Option<&OwnedFd>) -> RawFd {
-    dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd)
-}
-
-fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn check(r: libc::c_int) -> io::Result<()> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// Opens a directory, refusing a symlink in the last component.
+/// Opens a directory, refusing a symlink in the last component; relative to `dir`, or to the
+/// working directory without one.
 pub fn open_dir(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: c is a valid C string; the flags need no further arguments.
-    owned(unsafe { libc::openat(dirfd(dir), c.as_ptr(), flags) })
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    Ok(match dir {
+        Some(d) => openat(d, name, flags, Mode::empty())?,
+        None => openat(AT_FDCWD, name, flags, Mode::empty())?,
+    })
 }
 
-pub fn mkdir(dir: &OwnedFd, name: &OsStr, mode: libc::mode_t) -> io::Result<()> {
-    let c = cstr(name)?;
-    // SAFETY: c is a valid C string; dir is an open directory.
-    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) })
+pub fn mkdir(dir: &OwnedFd, name: &OsStr, bits: u32) -> io::Result<()> {
+    Ok(mkdirat(dir, name, mode(bits))?)
 }
 
 /// Creates a new file; fails if anything (a symlink included) has the name.
-pub fn create_new(dir: &OwnedFd, name: &OsStr, mode: libc::mode_t) -> io::Result<OwnedFd> {
-    let c = cstr(name)?;
+pub fn create_new(dir: &OwnedFd, name: &OsStr, bits: u32) -> io::Result<OwnedFd> {
     // Readable too: the writer keeps it as its lock and may read the record back through it.
-    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: c is a valid C string; O_CREAT takes the mode as third argument.
-    owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, libc::c_uint::from(mode)) })
+    let flags =
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    Ok(openat(dir, name, flags, mode(bits))?)
 }
 
 /// Creates an unnamed file in `dir` (`O_TMPFILE`), to be written and locked before
 /// [`link_into`] gives it a name. Fails with `EOPNOTSUPP` (or `EISDIR`, `EINVAL` on old
 /// kernels) where the file system cannot.
-pub fn create_unnamed(dir: &OwnedFd, mode: libc::mode_t) -> io::Result<OwnedFd> {
-    let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC;
-    // SAFETY: "." is a valid C string; O_TMPFILE takes the mode as third argument.
-    owned(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c".".as_ptr(),
-            flags,
-            libc::c_uint::from(mode),
-        )
-    })
+pub fn create_unnamed(dir: &OwnedFd, bits: u32) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC;
+    Ok(openat(dir, ".", flags, mode(bits))?)
 }
 
 /// Gives an unnamed file its name in `dir`; fails with `EEXIST` if the name is taken (by
 /// anything, a symlink included). Through `/proc/self/fd`, which needs no capability, unlike
 /// `AT_EMPTY_PATH`.
 pub fn link_into(fd: &OwnedFd, dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let c = cstr(name)?;
-    let proc_path =
-        CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number");
-    // SAFETY: both are valid C strings; the directory descriptor is open.
-    check(unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            proc_path.as_ptr(),
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    })
+    let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    Ok(linkat(
+        AT_FDCWD,
+        proc_path.as_str(),
+        dir,
+        name,
+        nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+    )?)
 }
 
 /// Opens (creating if missing) a file to lock: read-write, as a POSIX write lock needs; on a
 /// read-only file system an existing file read-only (then [`try_lock_record`] takes a read
 /// lock). Non-blocking, so a planted FIFO cannot hang us.
 pub fn open_lock(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
-    // SAFETY: c is a valid C string; O_CREAT takes the mode as third argument.
-    let rw = owned(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_RDWR | libc::O_CREAT,
-            0o600 as libc::c_uint,
-        )
-    });
-    match rw {
-        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
-            // SAFETY: c is a valid C string; no O_CREAT, so no mode.
-            owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_RDONLY) })
-                .map_err(|e2| {
-                    if e2.raw_os_error() == Some(libc::ENOENT) {
-                        e
-                    } else {
-                        e2
-                    }
-                })
-        }
-        other => other,
+    let flags = OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    match openat(
+        dir,
+        name,
+        flags | OFlag::O_RDWR | OFlag::O_CREAT,
+        mode(0o600),
+    ) {
+        Err(Errno::EROFS) => match openat(dir, name, flags | OFlag::O_RDONLY, Mode::empty()) {
+            Err(Errno::ENOENT) => Err(Errno::EROFS.into()),
+            other => Ok(other?),
+        },
+        other => Ok(other?),
     }
 }
 
 pub fn unlink(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let c = cstr(name)?;
-    // SAFETY: c is a valid C string; dir is an open directory.
-    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) })
+    Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?)
 }
 
 pub fn rename(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    let d = dir.as_raw_fd();
-    // SAFETY: f and t are valid C strings; d is an open directory.
-    check(unsafe { libc::renameat(d, f.as_ptr(), d, t.as_ptr()) })
+    Ok(renameat(dir, from, dir, to)?)
 }
 
-pub fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is open; st is writable.
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    Ok(st)
+pub fn fstat(fd: impl AsFd) -> io::Result<FileStat> {
+    Ok(nix_fstat(fd)?)
 }
 
 /// `stat` of a name in a directory, not following a symlink.
-pub fn lstat(dir: &OwnedFd, name: &OsStr) -> io::Result<libc::stat> {
-    let c = cstr(name)?;
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid C string; st is writable; dir is an open directory.
-    check(unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok(st)
+pub fn lstat(dir: &OwnedFd, name: &OsStr) -> io::Result<FileStat> {
+    Ok(fstatat(
+        dir,
+        name,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )?)
 }
 
 /// Tries once to take a POSIX record lock on the whole file: a write lock, or a read lock on a
 /// descriptor open read-only. `Ok(None)` when taken, `Ok(Some(pid))` when another process holds
 /// a conflicting lock (pid 0 if it let go meanwhile).
-pub fn try_lock_record(fd: &OwnedFd) -> io::Result<Option<libc::pid_t>> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let mode = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?) & OFlag::O_ACCMODE;
-    let kind = if mode == OFlag::O_RDONLY {
+pub fn try_lock_record(fd: &OwnedFd) -> io::Result<Option<i32>> {
+    let access = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?) & OFlag::O_ACCMODE;
+    let kind = if access == OFlag::O_RDONLY {
         libc::F_RDLCK
     } else {
         libc::F_WRLCK
     };
-    let whole = |kind: libc::c_int| libc::flock {
+    let whole = || libc::flock {
         l_type: kind as libc::c_short,
         l_whence: libc::SEEK_SET as libc::c_short,
         l_start: 0,
@@ -176,18 +116,14 @@ pub fn try_lock_record(fd: &OwnedFd) -> io::Result<Option<libc::pid_t>> {
         l_pid: 0,
     };
     loop {
-        match fcntl(fd, FcntlArg::F_SETLK(&whole(kind))) {
+        match fcntl(fd, FcntlArg::F_SETLK(&whole())) {
             Ok(_) => return Ok(None),
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
-                let mut probe = whole(kind);
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN | Errno::EACCES) => {
+                let mut probe = whole();
                 fcntl(fd, FcntlArg::F_GETLK(&mut probe))?;
-                let holder = if probe.l_type == libc::F_UNLCK as libc::c_short {
-                    0
-                } else {
-                    probe.l_pid
-                };
-                return Ok(Some(holder));
+                let unlocked = probe.l_type == libc::F_UNLCK as libc::c_short;
+                return Ok(Some(if unlocked { 0 } else { probe.l_pid }));
             }
             Err(e) => return Err(e.into()),
         }
@@ -199,27 +135,15 @@ pub fn pread_all(fd: &OwnedFd, max: u64, out: &mut Vec<u8>) -> io::Result<()> {
     let mut buf = [0u8; 8192];
     let mut off: u64 = 0;
     while off < max {
-        // SAFETY: buf is writable for its length; fd is open.
-        let n = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                off as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+        match nix::sys::uio::pread(fd, &mut buf, off as libc::off_t) {
+            Ok(0) => break,
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                off += n as u64;
             }
-            return Err(e);
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[..n as usize]);
-        off += n as u64;
     }
     Ok(())
 }

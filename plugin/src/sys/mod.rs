@@ -1,11 +1,14 @@
-//! The few system calls std does not wrap. Every `unsafe` block of the crate lives under here:
-//! this file for CNI mode, `at.rs` for the record store's directory-relative calls, `daemon.rs`
-//! for the long-running operator commands.
+//! The system calls the crate makes, each wrapped once. Nearly all go through `nix`; the few
+//! `unsafe` blocks left (a `pre_exec` hook, `pidfd_open`, `close_range` and `_exit` in a forked
+//! child, `fork` itself) live here, each with a `// SAFETY:` note, so the rest of the crate is
+//! `#![deny(unsafe_code)]`. `at.rs` holds the record store's directory-relative calls,
+//! `daemon.rs` the long-running operator commands' signals.
+
+#![allow(unsafe_code)]
 
 pub(crate) mod at;
 pub(crate) mod daemon;
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -13,22 +16,18 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 /// An anonymous in-memory file holding `data`, positioned at its start: a delegate's stdin that
 /// never blocks the writer, whatever its size.
 pub fn memfd_with(data: &[u8]) -> io::Result<OwnedFd> {
-    let name = c"cni-guard-stdin";
-    // SAFETY: name is a valid C string; flags are valid for memfd_create.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let owned = memfd_create(c"cni-guard-stdin", MFdFlags::MFD_CLOEXEC)?;
     let mut file = std::fs::File::from(owned);
     io::Write::write_all(&mut file, data)?;
     io::Seek::seek(&mut file, io::SeekFrom::Start(0))?;
@@ -38,37 +37,29 @@ pub fn memfd_with(data: &[u8]) -> io::Result<OwnedFd> {
 /// Asks the kernel to SIGKILL the calling process when its parent dies. Called in a forked child
 /// before exec, so a delegate does not outlive a guard that the runtime killed on timeout.
 ///
-/// # Safety
 /// Only async-signal-safe calls are made, as required between fork and exec.
-pub unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number; no memory is passed.
-    if unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+fn die_with_parent(parent: Pid) -> io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     // The parent may have died before prctl took effect: then we were reparented already.
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != parent {
-        // SAFETY: _exit is async-signal-safe and has no preconditions.
-        unsafe { libc::_exit(1) };
+    if nix::unistd::getppid() != parent {
+        exit_now(1);
     }
     Ok(())
+}
+
+/// `_exit`: ends a forked child at once, running no handlers and flushing nothing.
+fn exit_now(status: i32) -> ! {
+    // SAFETY: _exit is async-signal-safe and has no preconditions.
+    unsafe { libc::_exit(status) }
 }
 
 /// Makes the child `cmd` spawns the leader of a process group of its own (so the guard can kill
 /// whatever it started along with it) and SIGKILLed when the guard dies.
 pub fn child_of_guard(cmd: &mut Command) {
-    let parent = getpid();
+    let parent = nix::unistd::getpid();
     cmd.process_group(0);
-    // SAFETY: die_with_parent makes only async-signal-safe calls.
+    // SAFETY: the hook runs between fork and exec and makes only async-signal-safe calls
+    // (prctl, getppid, _exit), touching no memory shared with the parent.
     unsafe {
         cmd.pre_exec(move || die_with_parent(parent));
     }
@@ -98,27 +89,31 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Sets or clears close-on-exec.
 pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    let mut flags = nix::fcntl::FdFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFD)?);
-    flags.set(nix::fcntl::FdFlag::FD_CLOEXEC, on);
+    let mut flags = FdFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFD)?);
+    flags.set(FdFlag::FD_CLOEXEC, on);
     fcntl(fd, FcntlArg::F_SETFD(flags))?;
     Ok(())
 }
 
-/// Waits up to `timeout` until one of `fds` is readable (or at end of file, or in error).
-/// Returns which are; all false on timeout or when a signal interrupted the wait.
-pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<Vec<bool>> {
+/// Waits up to `timeout` (`None`: without end) until one of `fds` is readable (or at end of
+/// file, or in error). Returns which are; all false on timeout or when a signal interrupted
+/// the wait. The crate's one poll loop.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<PollFd> = fds
         .iter()
         .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
         .collect();
-    // Round up so a sub-millisecond remainder still waits instead of spinning.
-    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-    match nix::poll::poll(
-        &mut pfds,
-        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-    ) {
+    let timeout = match timeout {
+        // Round up so a sub-millisecond remainder still waits instead of spinning.
+        Some(t) => {
+            let ms = t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+        None => PollTimeout::NONE,
+    };
+    match nix::poll::poll(&mut pfds, timeout) {
         Ok(_) => {}
-        Err(nix::errno::Errno::EINTR) => return Ok(vec![false; fds.len()]),
+        Err(Errno::EINTR) => return Ok(vec![false; fds.len()]),
         Err(e) => return Err(e.into()),
     }
     Ok(pfds
@@ -142,8 +137,8 @@ pub fn read_available(fd: BorrowedFd<'_>, out: &mut Vec<u8>, max: usize) -> io::
                 let room = max.saturating_sub(out.len());
                 out.extend_from_slice(&buf[..n.min(room)]);
             }
-            Err(nix::errno::Errno::EAGAIN) => return Ok(false),
-            Err(nix::errno::Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => return Ok(false),
+            Err(Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }
@@ -155,107 +150,103 @@ pub fn write_best_effort(fd: impl AsFd, mut data: &[u8]) {
         match nix::unistd::write(&fd, data) {
             Ok(0) => return,
             Ok(n) => data = &data[n..],
-            Err(nix::errno::Errno::EINTR) => continue,
+            Err(Errno::EINTR) => continue,
             Err(_) => return,
         }
     }
 }
 
-pub fn getpid() -> libc::pid_t {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() }
-}
-
 pub fn geteuid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
-/// An inotify instance watching directories for entries appearing, changing or going.
+/// One inotify event on a watched directory.
+#[derive(Debug)]
+pub struct DirEvent {
+    pub mask: u32,
+    /// The entry's name inside the directory; `None` for events on the directory itself.
+    pub name: Option<std::ffi::OsString>,
+}
+
+/// An inotify instance watching directories: the guard's wait for a missing file and the
+/// keeper's watch on the conf dir.
 ///
 /// The last close of an inotify instance that has watches waits in the kernel for the watches
 /// to be retired (an SRCU grace period: about 20 ms, up to 70 ms under load, measured here).
-/// The guard must not pay that between the delegate appearing and running it, so a detached
-/// helper process holds a second reference and makes the last close in the background: the
-/// guard's own close is then immediate.
+/// The guard must not pay that between the delegate appearing and running it, so
+/// [`Inotify::with_background_close`] has a detached helper process hold a second reference
+/// and make the last close in the background: the guard's own close is then immediate.
 pub struct Inotify {
-    // Dropped in declaration order: the guard's reference first, then the pipe whose closing
-    // tells the helper to drop the last one.
-    fd: OwnedFd,
+    // Dropped in declaration order: our reference first, then the pipe whose closing tells the
+    // helper to drop the last one.
+    inner: nix::sys::inotify::Inotify,
     _helper: Option<OwnedFd>,
 }
 
+/// The events that can make a missing or broken file usable: creation, rename into the
+/// directory, a write finishing, a mode change; and the directory itself going away (then the
+/// caller re-plans its watches).
+pub const DIR_CHANGES: u32 = libc::IN_CREATE
+    | libc::IN_MOVED_TO
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_MODIFY
+    | libc::IN_ATTRIB
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF;
+
 impl Inotify {
     pub fn new() -> io::Result<Inotify> {
-        // SAFETY: flags are valid for inotify_init1.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by inotify_init1 and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Without a helper the close is merely slow, not wrong.
-        let helper = hold_last_reference(fd.as_raw_fd()).ok();
+        let inner =
+            nix::sys::inotify::Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)?;
         Ok(Inotify {
-            fd,
-            _helper: helper,
+            inner,
+            _helper: None,
         })
     }
 
-    /// Watches a directory for the events that can make a missing or broken file usable:
-    /// creation, rename into it, a write finishing, a mode change; and for the directory itself
-    /// going away (then the caller re-plans its watches).
-    pub fn watch_dir(&self, dir: &Path) -> io::Result<()> {
-        let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mask = libc::IN_CREATE
-            | libc::IN_MOVED_TO
-            | libc::IN_CLOSE_WRITE
-            | libc::IN_MODIFY
-            | libc::IN_ATTRIB
-            | libc::IN_DELETE
-            | libc::IN_MOVED_FROM
-            | libc::IN_DELETE_SELF
-            | libc::IN_MOVE_SELF
-            | libc::IN_ONLYDIR;
-        // SAFETY: fd is a live inotify descriptor; c is a valid C string.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+    /// An instance whose last close happens in a helper process, off the caller's path.
+    pub fn with_background_close() -> io::Result<Inotify> {
+        let mut n = Inotify::new()?;
+        // Without a helper the close is merely slow, not wrong.
+        n._helper = hold_last_reference(n.inner.as_fd().as_raw_fd()).ok();
+        Ok(n)
+    }
+
+    /// Watches a directory (only a directory) for the events in `mask`.
+    pub fn watch_dir(&self, dir: &Path, mask: u32) -> io::Result<()> {
+        let flags = AddWatchFlags::from_bits_retain(mask) | AddWatchFlags::IN_ONLYDIR;
+        self.inner.add_watch(dir, flags)?;
         Ok(())
+    }
+
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+
+    /// Reads every event queued now (non-blocking); an empty list when there is none.
+    pub fn read_events(&self) -> io::Result<Vec<DirEvent>> {
+        let mut events = Vec::new();
+        loop {
+            match self.inner.read_events() {
+                Ok(batch) => events.extend(batch.into_iter().map(|e| DirEvent {
+                    mask: e.mask.bits(),
+                    name: e.name,
+                })),
+                Err(Errno::EAGAIN) => return Ok(events),
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Waits up to `timeout` for events and drains them. Returns whether any arrived.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // Round up so a sub-millisecond remainder still waits instead of spinning.
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: pfd is one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        if n == 0 {
+        if !poll_readable(&[self.as_fd()], Some(timeout))?[0] {
             return Ok(false);
         }
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: buf is writable for its length; fd is non-blocking.
-            let r = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if r <= 0 {
-                break;
-            }
-        }
+        self.read_events()?;
         Ok(true)
     }
 }
@@ -268,68 +259,63 @@ impl Inotify {
 /// every descriptor but `fd` and the pipe before forking the helper, so the helper never holds
 /// the runtime's stdin/stdout/stderr pipes open.
 fn hold_last_reference(fd: libc::c_int) -> io::Result<OwnedFd> {
-    let mut p = [0 as libc::c_int; 2];
-    // SAFETY: p has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just returned by pipe2 and are owned by nobody else.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let r = read_end.as_raw_fd();
     // SAFETY: between fork and _exit the children call only async-signal-safe functions
     // (close_range, close, fork, read, _exit) and touch no memory the parent owns.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: as above; only system calls on descriptors, then _exit.
-        unsafe {
-            let (low, high) = (fd.min(r), fd.max(r));
-            for (first, last) in [
-                (0, low - 1),
-                (low + 1, high - 1),
-                (high + 1, libc::c_int::MAX),
-            ] {
-                if first > last {
-                    continue;
-                }
-                // close_range (Linux 5.9+) is one call however high RLIMIT_NOFILE is.
-                if libc::syscall(
-                    libc::SYS_close_range,
-                    first as libc::c_uint,
-                    last as libc::c_uint,
-                    0,
-                ) != 0
-                {
-                    let top = libc::sysconf(libc::_SC_OPEN_MAX).clamp(64, 65536) as libc::c_int;
-                    for other in first..=last.min(top) {
-                        libc::close(other);
-                    }
-                }
-            }
-            if libc::fork() == 0 {
-                let mut b = 0u8;
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            close_all_but(fd, r);
+            // SAFETY: as above; the grandchild only reads and exits.
+            if let Ok(nix::unistd::ForkResult::Child) = unsafe { nix::unistd::fork() } {
+                let mut b = [0u8; 1];
                 // EOF once every write end is closed: the guard's, at its close or its death.
-                while libc::read(r, (&mut b as *mut u8).cast(), 1) != 0 {
-                    if *libc::__errno_location() != libc::EINTR {
-                        break;
-                    }
-                }
-                libc::_exit(0);
+                // SAFETY: `r` stays open in this process until it exits.
+                let pipe = unsafe { BorrowedFd::borrow_raw(r) };
+                while nix::unistd::read(pipe, &mut b) == Err(Errno::EINTR) {}
             }
-            libc::_exit(0);
+            exit_now(0);
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(read_end);
+            while nix::sys::wait::waitpid(child, None) == Err(Errno::EINTR) {}
+            Ok(write_end)
         }
     }
-    drop(read_end);
-    let mut status = 0;
-    // SAFETY: pid is our child; status is valid for writing.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break;
+}
+
+/// In a forked child: closes every descriptor except `a` and `b`.
+fn close_all_but(a: libc::c_int, b: libc::c_int) {
+    let (low, high) = (a.min(b), a.max(b));
+    for (first, last) in [
+        (0, low - 1),
+        (low + 1, high - 1),
+        (high + 1, libc::c_int::MAX),
+    ] {
+        if first > last {
+            continue;
+        }
+        // close_range (Linux 5.9+) is one call however high RLIMIT_NOFILE is.
+        // SAFETY: close_range takes plain integers and only closes descriptors.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                first as libc::c_uint,
+                last as libc::c_uint,
+                0,
+            )
+        };
+        if r != 0 {
+            let top = nix::unistd::sysconf(nix::unistd::SysconfVar::OPEN_MAX)
+                .ok()
+                .flatten()
+                .unwrap_or(1024)
+                .clamp(64, 65536) as libc::c_int;
+            for other in first..=last.min(top) {
+                let _ = nix::unistd::close(other);
+            }
         }
     }
-    Ok(write_end)
 }
 
 #[cfg(test)]
@@ -348,8 +334,8 @@ mod tests {
     #[test]
     fn inotify_wakes_on_rename_into_dir() {
         let dir = tempfile::tempdir().unwrap();
-        let n = Inotify::new().unwrap();
-        n.watch_dir(dir.path()).unwrap();
+        let n = Inotify::with_background_close().unwrap();
+        n.watch_dir(dir.path(), DIR_CHANGES).unwrap();
         assert!(!n.wait(Duration::from_millis(10)).unwrap());
         let other = tempfile::tempdir().unwrap();
         std::fs::write(other.path().join("x"), "1").unwrap();

@@ -9,7 +9,6 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
-use std::thread::JoinHandle;
 
 /// How a run of the binary ended and what it wrote.
 #[derive(Debug)]
@@ -52,31 +51,36 @@ where
     c
 }
 
-fn start(cmd: &mut Command, stdin: &[u8]) -> (Child, JoinHandle<()>) {
-    let mut child = cmd
-        .stdin(Stdio::piped())
+fn piped(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()))
+}
+
+/// Starts `cmd` with stdout and stderr piped and `stdin` written in full and closed before it
+/// returns (so the child has all of its input by then). For inputs a pipe holds: a larger one
+/// blocks until the child reads it; [`run`] writes from a thread instead.
+pub fn spawn(cmd: &mut Command, stdin: &[u8]) -> Child {
+    let mut child = piped(cmd);
+    let mut input = child.stdin.take().expect("stdin is piped");
+    // The child may exit without reading: a broken pipe is its business, not the caller's.
+    let _ = input.write_all(stdin);
+    drop(input);
+    child
+}
+
+/// Runs `cmd` to the end with `stdin` written in full from a thread, so that a large stdin
+/// cannot deadlock against a full stdout pipe.
+pub fn run(cmd: &mut Command, stdin: &[u8]) -> Run {
+    let mut child = piped(cmd);
     let mut input = child.stdin.take().expect("stdin is piped");
     let data = stdin.to_vec();
-    // From a thread, so that a large stdin cannot deadlock against a full stdout pipe. The
-    // binary may stop reading (its stdin is bounded) and exit: a broken pipe is expected.
+    // The binary may stop reading (its stdin is bounded) and exit: a broken pipe is expected.
     let writer = std::thread::spawn(move || {
         let _ = input.write_all(&data);
     });
-    (child, writer)
-}
-
-/// Starts `cmd` with stdout and stderr piped and `stdin` written in full, then closed.
-pub fn spawn(cmd: &mut Command, stdin: &[u8]) -> Child {
-    start(cmd, stdin).0
-}
-
-/// Runs `cmd` to the end with `stdin` (see [`spawn`]).
-pub fn run(cmd: &mut Command, stdin: &[u8]) -> Run {
-    let (child, writer) = start(cmd, stdin);
     let out = child.wait_with_output().expect("wait for the child");
     writer.join().expect("the stdin writer");
     Run {
@@ -111,7 +115,8 @@ pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| v == "true")
 }
 
-/// The gate of a suite with prerequisites: true when nothing is `missing`. Otherwise, under
+/// The gate of a suite that needs root (or tools, or files): true when nothing is `missing`
+/// (the caller lists "root" when [`is_root`] is false). Otherwise, under
 /// `CI=true` it panics (a suite that cannot run is a failure there, never a skip); locally it
 /// says loudly on stderr that the suite was skipped and returns false, for
 /// `if !prerequisites(..) { return; }`.
@@ -124,16 +129,6 @@ pub fn prerequisites(suite: &str, missing: &[String]) -> bool {
             false
         }
     }
-}
-
-/// The gate of a suite that needs root and nothing else it does not check itself.
-pub fn needs_root(suite: &str) -> bool {
-    let missing = if is_root() {
-        Vec::new()
-    } else {
-        vec!["root".to_owned()]
-    };
-    prerequisites(suite, &missing)
 }
 
 enum Unmet {
@@ -198,6 +193,16 @@ mod tests {
     }
 
     #[test]
+    fn spawn_feeds_stdin_in_full_and_closes_it() {
+        // cat ends only at the end of its input.
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", "sleep 0.2; cat"]);
+        let child = spawn(&mut c, b"all of it");
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"all of it");
+    }
+
+    #[test]
     fn a_signal_is_reported_as_such() {
         let r = run(Command::new("/bin/sh").args(["-c", "kill -9 $$"]), b"");
         assert_eq!((r.status, r.signal), (None, Some(9)));
@@ -238,8 +243,5 @@ mod tests {
     #[test]
     fn the_gate_passes_with_nothing_missing() {
         assert!(prerequisites("suite", &[]));
-        if is_root() {
-            assert!(needs_root("suite"));
-        }
     }
 }

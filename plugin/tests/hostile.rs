@@ -121,7 +121,7 @@ impl Case {
         Case { prep, ..self }
     }
 
-    const fn as_nobody_if_root(self) -> Case {
+    const fn by_nobody_if_root(self) -> Case {
         Case {
             nobody_if_root: true,
             ..self
@@ -250,7 +250,7 @@ static CASES: &[Case] = &[
     case("delegate: the guard's own stdin", "ADD", &[], Conf(r#"{"delegate":"/dev/stdin"}"#), 11, &["FIFO"]),
     case("delegate: a dangling symlink", "ADD", &[], Conf(r#"{"delegate":"{dir}/net.d/dangling.conf"}"#), 11, &["dangling symlink"]).prep(&[Symlink("net.d/dangling.conf", "net.d/nowhere")]),
     case("delegate: a symlink loop", "ADD", &[], Conf(r#"{"delegate":"{dir}/net.d/a.conf"}"#), 11, &["symlink loop"]).prep(&[Symlink("net.d/a.conf", "net.d/b.conf"), Symlink("net.d/b.conf", "net.d/a.conf")]),
-    case("delegate: an unreadable file", "ADD", &[], Conf(r#"{"delegate":"{dir}/net.d/secret.conf"}"#), 11, &["not readable"]).prep(UNREADABLE).as_nobody_if_root(),
+    case("delegate: an unreadable file", "ADD", &[], Conf(r#"{"delegate":"{dir}/net.d/secret.conf"}"#), 11, &["not readable"]).prep(UNREADABLE).by_nobody_if_root(),
     case("attachment: relative path", "ADD", &[], Conf(r#"{"attachments":["net.d/x.conf"]}"#), 7, &["not an absolute path"]),
     case("attachment: a directory", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d"]}"#), 11, &["directory"]),
     case("attachment: a FIFO", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/fifo.conf"]}"#), 11, &["FIFO"]).prep(&[Fifo("net.d/fifo.conf")]),
@@ -259,7 +259,7 @@ static CASES: &[Case] = &[
     case("attachment: the guard's own stdin", "ADD", &[], Conf(r#"{"attachments":["/dev/stdin"]}"#), 11, &["FIFO"]),
     case("attachment: a dangling symlink", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/dangling.conf"]}"#), 11, &["dangling symlink"]).prep(&[Symlink("net.d/dangling.conf", "net.d/nowhere")]),
     case("attachment: a symlink loop", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/a.conf"]}"#), 11, &["symlink loop"]).prep(&[Symlink("net.d/a.conf", "net.d/b.conf"), Symlink("net.d/b.conf", "net.d/a.conf")]),
-    case("attachment: an unreadable file", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/secret.conf"]}"#), 11, &["not readable"]).prep(UNREADABLE).as_nobody_if_root(),
+    case("attachment: an unreadable file", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/secret.conf"]}"#), 11, &["not readable"]).prep(UNREADABLE).by_nobody_if_root(),
 
     // Delegates that name something the guard must never run (the delegate is net.d/00-multus.conf).
     case("a type that is a path: ../../bin/sh", "ADD", &[], GUARD, 11, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"../../bin/sh"}"#)]),

@@ -120,6 +120,7 @@ pub fn in_ci() -> bool {
 /// `CI=true` it panics (a suite that cannot run is a failure there, never a skip); locally it
 /// says loudly on stderr that the suite was skipped and returns false, for
 /// `if !prerequisites(..) { return; }`.
+#[track_caller]
 pub fn prerequisites(suite: &str, missing: &[String]) -> bool {
     match unmet(suite, missing, in_ci()) {
         None => true,

@@ -111,7 +111,7 @@ pub fn is_root() -> bool {
 }
 
 /// Whether this is a CI run (`CI=true`), where a missing prerequisite is a failure.
-pub fn in_ci() -> bool {
+fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| v == "true")
 }
 

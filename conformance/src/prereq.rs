@@ -1,6 +1,7 @@
 //! Whether the root-only suites can run here: locally a loud SKIP, under CI=true a failure.
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use test_support::is_root;
 
 pub const CNITOOL: &str = "/usr/local/bin/cnitool";
 pub const PLUGINS: &str = "/usr/lib/cni";
@@ -20,12 +21,6 @@ pub fn cnitool() -> PathBuf {
     std::env::var_os("CNITOOL")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(CNITOOL))
-}
-
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
 }
 
 fn on_path(program: &str) -> bool {
@@ -76,14 +71,5 @@ pub fn missing(needs_guard: bool) -> Vec<String> {
 /// True when the suite can run. Locally it prints a loud SKIP and returns false when something
 /// is missing; under CI=true a missing prerequisite is a failure.
 pub fn can_run(suite: &str, needs_guard: bool) -> bool {
-    let missing = missing(needs_guard);
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!("{suite}: missing prerequisites: {}", missing.join(", "));
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg}");
-    }
-    eprintln!("\n!!!!!!!! SKIP {msg}\n");
-    false
+    test_support::prerequisites(suite, &missing(needs_guard))
 }

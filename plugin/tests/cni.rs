@@ -4,9 +4,8 @@
 
 mod harness {
     use serde_json::{json, Value};
-    use std::io::Write;
+    use std::ffi::OsString;
     use std::path::{Path, PathBuf};
-    use std::process::{Command, Stdio};
 
     pub struct Fx {
         pub dir: tempfile::TempDir,
@@ -101,39 +100,26 @@ mod harness {
             self.run_raw(cmd, &serde_json::to_vec(conf).unwrap(), env)
         }
         pub fn run_raw(&self, cmd: &str, stdin: &[u8], env: &[(&str, Option<&str>)]) -> Run {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_cni-guard"));
-            c.env_clear()
-                .env("PATH", "/usr/bin:/bin")
-                .env("FAKE_DIR", self.path("fake"))
-                .env("CNI_GUARD_SYSLOG", self.path("no-syslog"))
-                .env("CNI_COMMAND", cmd)
-                .env("CNI_CONTAINERID", "ctr1")
-                .env("CNI_NETNS", "/run/netns/test")
-                .env("CNI_IFNAME", "eth0")
-                .env("CNI_PATH", self.path("bin"));
-            for (k, v) in env {
-                match v {
-                    Some(v) => c.env(k, v),
-                    None => c.env_remove(k),
-                };
-            }
-            let mut child = c
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut input = child.stdin.take().unwrap();
-            let data = stdin.to_vec();
-            let writer = std::thread::spawn(move || {
-                let _ = input.write_all(&data);
-            });
-            let out = child.wait_with_output().unwrap();
-            writer.join().unwrap();
+            let defaults: [(&str, Option<OsString>); 8] = [
+                ("PATH", Some("/usr/bin:/bin".into())),
+                ("FAKE_DIR", Some(self.path("fake").into())),
+                ("CNI_GUARD_SYSLOG", Some(self.path("no-syslog").into())),
+                ("CNI_COMMAND", Some(cmd.into())),
+                ("CNI_CONTAINERID", Some("ctr1".into())),
+                ("CNI_NETNS", Some("/run/netns/test".into())),
+                ("CNI_IFNAME", Some("eth0".into())),
+                ("CNI_PATH", Some(self.path("bin").into())),
+            ];
+            let env = env.iter().map(|(k, v)| (*k, v.map(OsString::from)));
+            let out = test_support::run_cleared(
+                env!("CARGO_BIN_EXE_cni-guard"),
+                defaults.into_iter().chain(env),
+                stdin,
+            );
             Run {
-                status: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                status: out.status.unwrap_or(-1),
+                stdout: out.stdout_text(),
+                stderr: out.stderr_text(),
             }
         }
         /// The fake plugins' calls, in order: "type VERB".

@@ -23,28 +23,14 @@ const TOOLS: &[&str] = &[
     "sha256sum",
 ];
 
-fn in_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true").unwrap_or(false)
-}
-
 /// Skips (locally) or fails (under CI=true) because of `why`. Returns false for `if !..{return}`.
 pub fn unmet(suite: &str, why: &str) -> bool {
-    if in_ci() {
-        panic!("{suite}: prerequisite missing under CI=true: {why}");
-    }
-    eprintln!("SKIP {suite}: {why} (this suite needs root and containerd; see scripts/test.d/30-containerd.sh)");
-    false
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
+    test_support::prerequisites(
+        suite,
+        &[format!(
+            "{why} (this suite needs root and containerd; see scripts/test.d/30-containerd.sh)"
+        )],
+    )
 }
 
 fn on_path(tool: &str) -> bool {
@@ -57,8 +43,8 @@ fn on_path(tool: &str) -> bool {
 
 /// Root, the tools, the reference plugins and the static busybox for the sandbox image.
 pub fn can_run(suite: &str) -> bool {
-    if !is_root() {
-        return unmet(suite, "not running as root");
+    if !test_support::is_root() {
+        return unmet(suite, "root");
     }
     for tool in TOOLS {
         if !on_path(tool) {

@@ -5,12 +5,12 @@
 //! The suites are `#[ignore]`d in `cargo test --workspace`: `scripts/test.d/50-hardening.sh`
 //! runs them against the release binary (`CNI_GUARD_BIN`), once, one at a time.
 
-use std::io::Write;
+use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// Where the reference plugins are (Debian's containernetworking-plugins).
@@ -35,16 +35,11 @@ pub fn fake_plugin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/plugins/fake-plugin")
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Whether a suite can run. When it cannot: under `CI=true` that is a failure (panic);
 /// locally the suite says so loudly on stderr and the caller returns.
 pub fn can_run(suite: &str, needs_root: bool, tools: &[&str]) -> bool {
     let mut missing = Vec::new();
-    if needs_root && !is_root() {
+    if needs_root && !test_support::is_root() {
         missing.push("root".to_owned());
     }
     for t in tools {
@@ -59,15 +54,7 @@ pub fn can_run(suite: &str, needs_root: bool, tools: &[&str]) -> bool {
             missing.push((*t).to_owned());
         }
     }
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!("{suite}: missing {}", missing.join(", "));
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg} (CI=true: a missing prerequisite is a failure)");
-    }
-    eprintln!("SKIPPED (not run, not passed) {msg}");
-    false
+    test_support::prerequisites(suite, &missing)
 }
 
 /// A small deterministic generator (xorshift64*), seeded from the clock or `FAULTS_SEED`, so a
@@ -230,19 +217,24 @@ pub struct Invocation<'a> {
 impl Invocation<'_> {
     /// Starts the guard; stdin is written in full and closed.
     pub fn spawn(&self) -> Child {
-        let mut c = Command::new(guard_bin());
-        c.env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("CNI_COMMAND", self.command)
-            .env("CNI_CONTAINERID", self.container)
-            .env("CNI_IFNAME", self.ifname)
-            .env("CNI_NETNS", self.netns)
-            .env("CNI_PATH", self.cni_path)
+        let env: [(&str, &OsStr); 7] = [
+            ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin".as_ref()),
+            ("CNI_COMMAND", self.command.as_ref()),
+            ("CNI_CONTAINERID", self.container.as_ref()),
+            ("CNI_IFNAME", self.ifname.as_ref()),
+            ("CNI_NETNS", self.netns.as_ref()),
+            ("CNI_PATH", self.cni_path.as_ref()),
             // Logs to stderr, not to the machine's syslog.
-            .env("CNI_GUARD_SYSLOG", "/nonexistent-cni-guard-faults-syslog");
-        for (k, v) in &self.extra_env {
-            c.env(k, v);
-        }
+            (
+                "CNI_GUARD_SYSLOG",
+                "/nonexistent-cni-guard-faults-syslog".as_ref(),
+            ),
+        ];
+        let extra = self.extra_env.iter().map(|(k, v)| (*k, v.as_ref()));
+        let mut c = test_support::command(
+            guard_bin(),
+            env.into_iter().chain(extra).map(|(k, v)| (k, Some(v))),
+        );
         if let Some(ns) = self.host {
             let f = std::fs::File::open(ns.path()).unwrap();
             // SAFETY: setns is async-signal-safe; the fd stays open in the parent until spawn
@@ -264,16 +256,7 @@ impl Invocation<'_> {
     }
 
     fn spawn_with(&self, mut c: Command) -> Child {
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let _ = stdin.write_all(&serde_json::to_vec(self.config).unwrap());
-        drop(stdin);
-        child
+        test_support::spawn(&mut c, &serde_json::to_vec(self.config).unwrap())
     }
 
     /// Runs the guard to completion (at most `limit`).

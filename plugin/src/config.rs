@@ -250,17 +250,7 @@ pub fn reply_version(stdin: &[u8]) -> String {
 
 /// libcni's rule for network names (they become file names in caches, ours included).
 pub fn validate_network_name(name: &str) -> Result<()> {
-    let mut bytes = name.bytes();
-    let ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-        && name.len() <= 200;
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "network name {name:?} must start with a letter or digit, contain only letters, digits, '_', '.', '-', and be at most 200 characters"
-        )))
-    }
+    crate::names::network_name(name).map_err(|why| invalid(format!("network name {why}")))
 }
 
 /// `cni.dev/valid-attachments` (libcni) or `cni.dev/attachments` (the spec's name).

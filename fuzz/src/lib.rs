@@ -47,7 +47,7 @@ pub fn guard_config(data: &[u8]) {
             let v = cfg.version();
             assert!(Version::parse(&cfg.cni_version) == Some(v));
             assert!(SUPPORTED.contains(&cfg.cni_version.as_str()));
-            assert!(config::validate_network_name(&cfg.name).is_ok());
+            assert!(names::network_name(&cfg.name).is_ok());
             assert!(cfg.delegate.is_absolute(), "{:?}", cfg.delegate);
             assert!(cfg.attachments.iter().all(|a| a.is_absolute()));
             assert!(cfg.cache_dir.is_absolute());

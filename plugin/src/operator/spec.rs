@@ -161,7 +161,7 @@ impl GuardFile {
                             .ok_or_else(|| {
                                 Failure::usage(format!(
                                     "{flag}: {value:?} is not a whole number from {} to {}",
-                                    u8::from(!bounds.zero),
+                                    if bounds.zero { 0 } else { 1 },
                                     bounds.max
                                 ))
                             })?;
@@ -193,7 +193,7 @@ impl GuardFile {
     }
 
     /// The entry to write: the flags' keys over the defaults.
-    pub fn entry(&self) -> Entry {
+    fn entry(&self) -> Entry {
         let mut keys = Map::new();
         keys.insert("cniVersion".into(), DEFAULT_CNI_VERSION.into());
         keys.insert("name".into(), DEFAULT_NETWORK_NAME.into());

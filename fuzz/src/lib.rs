@@ -12,6 +12,7 @@ use std::path::Path;
 
 use cni_guard::cni::{self, Action};
 use cni_guard::config::{self, GuardConfig};
+use cni_guard::names;
 use cni_guard::netconf::NetworkConfig;
 use cni_guard::records::Record;
 use cni_guard::request;
@@ -46,7 +47,7 @@ pub fn guard_config(data: &[u8]) {
             let v = cfg.version();
             assert!(Version::parse(&cfg.cni_version) == Some(v));
             assert!(SUPPORTED.contains(&cfg.cni_version.as_str()));
-            assert!(config::validate_network_name(&cfg.name).is_ok());
+            assert!(names::network_name(&cfg.name).is_ok());
             assert!(cfg.delegate.is_absolute(), "{:?}", cfg.delegate);
             assert!(cfg.attachments.iter().all(|a| a.is_absolute()));
             assert!(cfg.cache_dir.is_absolute());
@@ -143,13 +144,13 @@ pub fn request(data: &[u8]) {
         match request::parse_env(cmd, &getenv) {
             Ok(req) => {
                 if !req.container_id.is_empty() {
-                    request::validate_container_id(&req.container_id).unwrap();
+                    names::container_id(&req.container_id).unwrap();
                     assert!(!req.container_id.contains(['/', ':', '\0', '\n']));
                     assert!(!req.container_id.starts_with('.'));
                 }
                 if !req.ifname.is_empty() {
-                    request::validate_ifname(&req.ifname).unwrap();
-                    assert!(req.ifname.len() <= request::MAX_IFNAME);
+                    names::ifname(&req.ifname).unwrap();
+                    assert!(req.ifname.len() <= names::MAX_IFNAME);
                     assert!(req.ifname != "." && req.ifname != "..");
                     assert!(!req.ifname.contains(['/', ':', '\0', '\n']));
                 }

@@ -1,28 +1,351 @@
-//! The guard's own configuration: its entry in `00-cni-guard.conflist`, as the runtime passes it
-//! on stdin (with `name`, `cniVersion`, `runtimeConfig`, `prevResult` injected by libcni).
+//! The guard's own configuration: its entry in `00-cni-guard.conflist`.
+//!
+//! One schema, [`Entry`], names the entry's keys. The plugin decodes it from stdin, where the
+//! runtime passes the entry with `name`, `cniVersion`, `runtimeConfig`, `prevResult`, `args` and
+//! GC's attachment list added ([`GuardConfig::parse`]); `check` decodes it from the conflist
+//! ([`GuardConfig::from_conflist_file`]); `install` and `keep` build it from their flags and
+//! write it (`operator::spec`). [`Entry::validate`] is the one place that checks the values and
+//! turns them into the [`GuardConfig`] the plugin runs on.
+//!
+//! Every key is a [`Field`]: absent, `null`, of its type, or of another type. A value of the
+//! wrong type is not a decoding error but a configuration error (code 7) naming its key, so
+//! decoding takes any JSON object and `validate` says what is wrong, in the same order every
+//! time. Keys the schema does not name are skipped unread: a runtime may add others.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Number, Value};
 
 use crate::error::{code, Error, Result};
-use crate::version::{Version, LATEST};
+use crate::names;
+use crate::version::{Version, LATEST, SUPPORTED};
 
 /// Where records live unless `cacheDir` says otherwise.
 pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni/cni-guard";
 /// The plugin type the guard is installed under.
 pub const GUARD_TYPE: &str = "cni-guard";
-/// Upper bound on `waitSeconds`: kubelet gives a whole RunPodSandbox about four minutes.
+/// Upper bound on `waitSeconds`: 600 s, ten minutes. A bound against mistakes only: kubelet
+/// gives a whole RunPodSandbox about four minutes, so a wait longer than that is cut short by the
+/// runtime giving up on the ADD.
 pub const MAX_WAIT_SECONDS: f64 = 600.0;
+/// Upper bound on `delegateTimeoutSeconds`: 600 s, ten minutes. A bound against mistakes only:
+/// past kubelet's four-minute RunPodSandbox deadline the runtime gives up before the guard does,
+/// which is why the default stays under it.
+pub const MAX_DELEGATE_TIMEOUT_SECONDS: f64 = 600.0;
 /// Default bound on one delegate plugin run as a child: under kubelet's four-minute
 /// RunPodSandbox deadline, so the guard answers before the runtime gives up on it.
 pub const DEFAULT_DELEGATE_TIMEOUT_SECONDS: f64 = 220.0;
+/// Upper bound on `lockWaitSeconds`: 600 s, ten minutes, a bound against mistakes only, as for
+/// `waitSeconds`.
+pub const MAX_LOCK_WAIT_SECONDS: f64 = 600.0;
 /// Default bound on waiting for another guard process that holds the same attachment (an ADD or
 /// DEL of the same container and interface still running). Past it ADD answers 11 and DEL says
 /// what it could not tear down; the runtime retries both.
 pub const DEFAULT_LOCK_WAIT_SECONDS: f64 = 10.0;
 
+/// A key holding seconds: its bounds and its default, for the plugin and for `install`'s flags.
+#[derive(Debug)]
+pub struct Seconds {
+    pub key: &'static str,
+    /// Taken when the key is absent or null.
+    pub default: f64,
+    /// Whether 0 is allowed; without it the range is open at 0.
+    pub zero: bool,
+    pub max: f64,
+}
+
+/// `waitSeconds`: how long ADD waits for missing preconditions.
+pub const WAIT: Seconds = Seconds {
+    key: "waitSeconds",
+    default: 0.0,
+    zero: true,
+    max: MAX_WAIT_SECONDS,
+};
+/// `delegateTimeoutSeconds`: the bound on one delegate plugin run as the guard's child.
+pub const DELEGATE_TIMEOUT: Seconds = Seconds {
+    key: "delegateTimeoutSeconds",
+    default: DEFAULT_DELEGATE_TIMEOUT_SECONDS,
+    zero: false,
+    max: MAX_DELEGATE_TIMEOUT_SECONDS,
+};
+/// `lockWaitSeconds`: the bound on waiting for another guard process on the same attachment.
+pub const LOCK_WAIT: Seconds = Seconds {
+    key: "lockWaitSeconds",
+    default: DEFAULT_LOCK_WAIT_SECONDS,
+    zero: true,
+    max: MAX_LOCK_WAIT_SECONDS,
+};
+
+impl Seconds {
+    pub fn allows(&self, seconds: f64) -> bool {
+        if self.zero {
+            (0.0..=self.max).contains(&seconds)
+        } else {
+            seconds > 0.0 && seconds <= self.max
+        }
+    }
+
+    /// The range as messages write it: `0..600`, or `(0, 600]` when 0 is not allowed.
+    pub fn range(&self) -> String {
+        if self.zero {
+            format!("0..{}", self.max)
+        } else {
+            format!("(0, {}]", self.max)
+        }
+    }
+
+    fn read(&self, field: Field<Number>) -> std::result::Result<Duration, Invalid> {
+        match field.given() {
+            Ok(None) => Ok(Duration::from_secs_f64(self.default)),
+            Ok(Some(n)) => match n.as_f64() {
+                Some(s) if self.allows(s) => Ok(Duration::from_secs_f64(s)),
+                _ => Err(invalid(
+                    self.key,
+                    format!("{} {n} is outside {}", self.key, self.range()),
+                )),
+            },
+            Err(_) => Err(invalid(self.key, format!("{} is not a number", self.key))),
+        }
+    }
+}
+
+/// Keys the runtime adds to the entry it passes on stdin; nothing writes them into the conflist.
+pub const INJECTED_KEYS: [&str; 5] = [
+    "runtimeConfig",
+    "prevResult",
+    "args",
+    "cni.dev/valid-attachments",
+    "cni.dev/attachments",
+];
+
+/// The guard's entry in its conflist: every key it can have, once. Field order is the order
+/// `install` writes them in.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Entry {
+    /// The conflist's own, added to the entry by the runtime.
+    #[serde(skip_serializing)]
+    pub cni_version: Field<String>,
+    /// The conflist's own, added to the entry by the runtime.
+    #[serde(skip_serializing)]
+    pub name: Field<String>,
+    #[serde(rename = "type", skip_serializing_if = "Field::is_absent")]
+    pub plugin_type: Field<String>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub delegate: Field<String>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub attachments: Field<Vec<Value>>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub wait_seconds: Field<Number>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub delegate_timeout_seconds: Field<Number>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub lock_wait_seconds: Field<Number>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub cache_dir: Field<String>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub strict_permissions: Field<bool>,
+    /// libcni's: the capability arguments the runtime may pass. The guard does not read it.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub capabilities: Field<Map<String, Value>>,
+    #[serde(skip_serializing)]
+    pub runtime_config: Field<Map<String, Value>>,
+    #[serde(skip_serializing)]
+    pub prev_result: Field<Map<String, Value>>,
+    #[serde(skip_serializing)]
+    pub args: Field<Map<String, Value>>,
+    /// GC's list of attachments still in use, as libcni names it.
+    #[serde(rename = "cni.dev/valid-attachments", skip_serializing)]
+    pub valid_attachments: Field<Vec<Value>>,
+    /// The same list as the spec names it, read when libcni's name is absent.
+    #[serde(rename = "cni.dev/attachments", skip_serializing)]
+    pub gc_attachments: Field<Vec<Value>>,
+}
+
+/// One key's value as the schema decodes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Field<T> {
+    #[default]
+    Absent,
+    Null,
+    Is(T),
+    /// A value of another JSON type than the key's.
+    Wrong(Value),
+}
+
+impl<T> Field<T> {
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Field::Absent)
+    }
+
+    /// `None` when absent or null (the key's default applies); `Err` when of the wrong type.
+    fn given(self) -> std::result::Result<Option<T>, Value> {
+        match self {
+            Field::Absent | Field::Null => Ok(None),
+            Field::Is(value) => Ok(Some(value)),
+            Field::Wrong(value) => Err(value),
+        }
+    }
+}
+
+/// The JSON types a key can have.
+pub trait JsonType: Sized {
+    /// The value as this type, or back unchanged when it is another.
+    fn from_json(value: Value) -> std::result::Result<Self, Value>;
+}
+
+macro_rules! json_type {
+    ($type:ty, $variant:ident) => {
+        impl JsonType for $type {
+            fn from_json(value: Value) -> std::result::Result<Self, Value> {
+                match value {
+                    Value::$variant(v) => Ok(v),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+json_type!(String, String);
+json_type!(Number, Number);
+json_type!(bool, Bool);
+json_type!(Vec<Value>, Array);
+json_type!(Map<String, Value>, Object);
+
+impl<'de, T: JsonType> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Null => Field::Null,
+            value => T::from_json(value).map_or_else(Field::Wrong, Field::Is),
+        })
+    }
+}
+
+impl<T: Serialize> Serialize for Field<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Field::Is(value) => value.serialize(s),
+            Field::Wrong(value) => value.serialize(s),
+            Field::Absent | Field::Null => s.serialize_unit(),
+        }
+    }
+}
+
+/// A value [`Entry::validate`] refused, with the key it is under (`install` names its flag).
+#[derive(Debug)]
+pub struct Invalid {
+    pub key: &'static str,
+    pub error: Error,
+}
+
+impl From<Invalid> for Error {
+    fn from(invalid: Invalid) -> Error {
+        invalid.error
+    }
+}
+
+fn invalid(key: &'static str, msg: impl Into<String>) -> Invalid {
+    Invalid {
+        key,
+        error: Error::new(code::INVALID_CONFIG, msg, ""),
+    }
+}
+
+impl Entry {
+    /// Checks every value, in a fixed order (the first problem is the one reported), and
+    /// applies the defaults.
+    pub fn validate(self) -> std::result::Result<GuardConfig, Invalid> {
+        let cni_version = match self.cni_version {
+            Field::Absent => return Err(invalid("cniVersion", "cniVersion is required")),
+            Field::Is(v) if Version::guard_supported(&v) => v,
+            other => {
+                let shown = match other {
+                    Field::Is(v) => Value::String(v),
+                    Field::Wrong(v) => v,
+                    Field::Absent | Field::Null => Value::Null,
+                };
+                return Err(Invalid {
+                    key: "cniVersion",
+                    error: Error::new(
+                        code::INCOMPATIBLE_VERSION,
+                        format!("unsupported cniVersion {shown}"),
+                        format!("cni-guard supports {}", SUPPORTED.join(", ")),
+                    ),
+                });
+            }
+        };
+        let name = string("name", self.name)?.ok_or_else(|| invalid("name", "name is required"))?;
+        names::network_name(&name).map_err(|why| invalid("name", format!("network name {why}")))?;
+        let plugin_type =
+            string("type", self.plugin_type)?.unwrap_or_else(|| GUARD_TYPE.to_owned());
+        let delegate = match string("delegate", self.delegate)? {
+            Some(p) => absolute_path("delegate", "delegate", p)?,
+            None => {
+                return Err(invalid(
+                    "delegate",
+                    "delegate is required: the path of the real network's configuration",
+                ))
+            }
+        };
+        let attachments = match self.attachments.given() {
+            Ok(None) => Vec::new(),
+            Ok(Some(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(p) => {
+                        absolute_path("attachments", &format!("attachments[{i}]"), p)
+                    }
+                    _ => Err(invalid(
+                        "attachments",
+                        format!("attachments[{i}] is not a string"),
+                    )),
+                })
+                .collect::<std::result::Result<_, _>>()?,
+            Err(_) => return Err(invalid("attachments", "attachments is not a list of paths")),
+        };
+        let wait = WAIT.read(self.wait_seconds)?;
+        let delegate_timeout = DELEGATE_TIMEOUT.read(self.delegate_timeout_seconds)?;
+        let lock_wait = LOCK_WAIT.read(self.lock_wait_seconds)?;
+        let cache_dir = match string("cacheDir", self.cache_dir)? {
+            Some(p) => absolute_path("cacheDir", "cacheDir", p)?,
+            None => PathBuf::from(DEFAULT_CACHE_DIR),
+        };
+        let strict_permissions = self
+            .strict_permissions
+            .given()
+            .map_err(|_| invalid("strictPermissions", "strictPermissions is not a boolean"))?
+            .unwrap_or(false);
+        let runtime_config = object("runtimeConfig", self.runtime_config)?.unwrap_or_default();
+        let prev_result = object("prevResult", self.prev_result)?.map(Value::Object);
+        let args = object("args", self.args)?;
+        let valid_attachments = valid_attachments(if self.valid_attachments.is_absent() {
+            self.gc_attachments
+        } else {
+            self.valid_attachments
+        })?;
+        Ok(GuardConfig {
+            cni_version,
+            name,
+            plugin_type,
+            delegate,
+            attachments,
+            wait,
+            delegate_timeout,
+            lock_wait,
+            cache_dir,
+            strict_permissions,
+            runtime_config,
+            prev_result,
+            args,
+            valid_attachments,
+        })
+    }
+}
+
+/// The configuration the plugin runs on: the [`Entry`] validated, defaults applied.
 #[derive(Debug, Clone)]
 pub struct GuardConfig {
     pub cni_version: String,
@@ -46,6 +369,9 @@ pub struct GuardConfig {
     pub valid_attachments: Option<Vec<(String, String)>>,
 }
 
+/// JSON's insignificant whitespace, which may come before the opening brace.
+const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
+
 impl GuardConfig {
     pub fn version(&self) -> Version {
         Version::parse(&self.cni_version).expect("validated at parse time")
@@ -53,21 +379,7 @@ impl GuardConfig {
 
     /// Parses the request configuration from stdin.
     pub fn parse(stdin: &[u8]) -> Result<GuardConfig> {
-        let value: Value = serde_json::from_slice(stdin).map_err(|e| {
-            Error::new(
-                code::DECODE_FAILURE,
-                format!("cannot decode the network configuration on stdin: {e}"),
-                "",
-            )
-        })?;
-        let Value::Object(obj) = value else {
-            return Err(Error::new(
-                code::DECODE_FAILURE,
-                "the network configuration on stdin is not a JSON object",
-                "",
-            ));
-        };
-        Self::from_object(&obj)
+        Ok(decode(stdin)?.validate()?)
     }
 
     /// Loads the guard's entry from a conflist file, as the runtime would pass it (for
@@ -80,13 +392,14 @@ impl GuardConfig {
                 "",
             )
         })?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let cannot_decode = |e: serde_json::Error| {
             Error::new(
                 code::DECODE_FAILURE,
                 format!("cannot decode {}: {e}", path.display()),
                 "",
             )
-        })?;
+        };
+        let value: Value = serde_json::from_slice(&bytes).map_err(cannot_decode)?;
         let list = value.as_object().ok_or_else(|| {
             Error::new(
                 code::DECODE_FAILURE,
@@ -113,124 +426,41 @@ impl GuardConfig {
                 obj.insert(key.into(), v.clone());
             }
         }
-        Self::from_object(&obj)
+        let entry = Entry::deserialize(Value::Object(obj)).map_err(cannot_decode)?;
+        Ok(entry.validate()?)
     }
+}
 
-    fn from_object(obj: &Map<String, Value>) -> Result<GuardConfig> {
-        let cni_version = match obj.get("cniVersion") {
-            None => return Err(invalid("cniVersion is required")),
-            Some(Value::String(v)) if Version::guard_supported(v) => v.clone(),
-            Some(other) => {
-                return Err(Error::new(
-                    code::INCOMPATIBLE_VERSION,
-                    format!("unsupported cniVersion {other}"),
-                    format!(
-                        "cni-guard supports {}",
-                        crate::version::SUPPORTED.join(", ")
-                    ),
-                ))
+/// Decodes the entry on stdin.
+///
+/// The fast path takes UTF-8 text that opens an object and decodes it straight into the schema,
+/// skipping the keys the schema does not name. Whatever it refuses is decoded again as one whole
+/// JSON value, as a plain parse does: a refusal keeps that parse's words, and an entry with a
+/// key twice (which the schema refuses) is read with the last value, as a JSON object keeps it.
+/// (Skipped keys are checked for JSON syntax only: a number out of range or nesting past
+/// serde_json's limit there does not refuse the entry.)
+fn decode(stdin: &[u8]) -> Result<Entry> {
+    if let Ok(text) = std::str::from_utf8(stdin) {
+        if text.trim_start_matches(JSON_WHITESPACE).starts_with('{') {
+            if let Ok(entry) = serde_json::from_str(text) {
+                return Ok(entry);
             }
-        };
-        let name = string_field(obj, "name")?.ok_or_else(|| invalid("name is required"))?;
-        validate_network_name(&name)?;
-        let plugin_type = string_field(obj, "type")?.unwrap_or_else(|| GUARD_TYPE.to_owned());
-        let delegate = match string_field(obj, "delegate")? {
-            Some(p) => absolute_path("delegate", &p)?,
-            None => {
-                return Err(invalid(
-                    "delegate is required: the path of the real network's configuration",
-                ))
-            }
-        };
-        let attachments = match obj.get("attachments") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| match item {
-                    Value::String(p) => absolute_path(&format!("attachments[{i}]"), p),
-                    _ => Err(invalid(format!("attachments[{i}] is not a string"))),
-                })
-                .collect::<Result<_>>()?,
-            Some(_) => return Err(invalid("attachments is not a list of paths")),
-        };
-        let wait = match obj.get("waitSeconds") {
-            None | Some(Value::Null) => Duration::ZERO,
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(s) if (0.0..=MAX_WAIT_SECONDS).contains(&s) => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(invalid(format!(
-                        "waitSeconds {n} is outside 0..{MAX_WAIT_SECONDS}"
-                    )))
-                }
-            },
-            Some(_) => return Err(invalid("waitSeconds is not a number")),
-        };
-        let delegate_timeout = match obj.get("delegateTimeoutSeconds") {
-            None | Some(Value::Null) => Duration::from_secs_f64(DEFAULT_DELEGATE_TIMEOUT_SECONDS),
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(s) if s > 0.0 && s <= MAX_WAIT_SECONDS => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(invalid(format!(
-                        "delegateTimeoutSeconds {n} is outside (0, {MAX_WAIT_SECONDS}]"
-                    )))
-                }
-            },
-            Some(_) => return Err(invalid("delegateTimeoutSeconds is not a number")),
-        };
-        let lock_wait = match obj.get("lockWaitSeconds") {
-            None | Some(Value::Null) => Duration::from_secs_f64(DEFAULT_LOCK_WAIT_SECONDS),
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(s) if (0.0..=MAX_WAIT_SECONDS).contains(&s) => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(invalid(format!(
-                        "lockWaitSeconds {n} is outside 0..{MAX_WAIT_SECONDS}"
-                    )))
-                }
-            },
-            Some(_) => return Err(invalid("lockWaitSeconds is not a number")),
-        };
-        let cache_dir = match string_field(obj, "cacheDir")? {
-            Some(p) => absolute_path("cacheDir", &p)?,
-            None => PathBuf::from(DEFAULT_CACHE_DIR),
-        };
-        let strict_permissions = match obj.get("strictPermissions") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(invalid("strictPermissions is not a boolean")),
-        };
-        let runtime_config = match obj.get("runtimeConfig") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => return Err(invalid("runtimeConfig is not an object")),
-        };
-        let prev_result = match obj.get("prevResult") {
-            None | Some(Value::Null) => None,
-            Some(v @ Value::Object(_)) => Some(v.clone()),
-            Some(_) => return Err(invalid("prevResult is not an object")),
-        };
-        let args = match obj.get("args") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(m)) => Some(m.clone()),
-            Some(_) => return Err(invalid("args is not an object")),
-        };
-        let valid_attachments = valid_attachments(obj)?;
-        Ok(GuardConfig {
-            cni_version,
-            name,
-            plugin_type,
-            delegate,
-            attachments,
-            wait,
-            delegate_timeout,
-            lock_wait,
-            cache_dir,
-            strict_permissions,
-            runtime_config,
-            prev_result,
-            args,
-            valid_attachments,
-        })
+        }
+    }
+    let cannot_decode = |e: serde_json::Error| {
+        Error::new(
+            code::DECODE_FAILURE,
+            format!("cannot decode the network configuration on stdin: {e}"),
+            "",
+        )
+    };
+    match serde_json::from_slice::<Value>(stdin).map_err(cannot_decode)? {
+        object @ Value::Object(_) => Entry::deserialize(object).map_err(cannot_decode),
+        _ => Err(Error::new(
+            code::DECODE_FAILURE,
+            "the network configuration on stdin is not a JSON object",
+            "",
+        )),
     }
 }
 
@@ -248,36 +478,18 @@ pub fn reply_version(stdin: &[u8]) -> String {
         .unwrap_or_else(|| LATEST.to_owned())
 }
 
-/// libcni's rule for network names (they become file names in caches, ours included).
-pub fn validate_network_name(name: &str) -> Result<()> {
-    let mut bytes = name.bytes();
-    let ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-        && name.len() <= 200;
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "network name {name:?} must start with a letter or digit, contain only letters, digits, '_', '.', '-', and be at most 200 characters"
-        )))
-    }
-}
-
 /// `cni.dev/valid-attachments` (libcni) or `cni.dev/attachments` (the spec's name).
-fn valid_attachments(obj: &Map<String, Value>) -> Result<Option<Vec<(String, String)>>> {
-    let Some(list) = obj
-        .get("cni.dev/valid-attachments")
-        .or_else(|| obj.get("cni.dev/attachments"))
-    else {
-        return Ok(None);
-    };
-    if list.is_null() {
+fn valid_attachments(
+    field: Field<Vec<Value>>,
+) -> std::result::Result<Option<Vec<(String, String)>>, Invalid> {
+    const KEY: &str = "cni.dev/valid-attachments";
+    let items = match field {
+        Field::Absent => return Ok(None),
         // libcni marshals an empty Go slice of valid attachments as null.
-        return Ok(Some(Vec::new()));
-    }
-    let items = list
-        .as_array()
-        .ok_or_else(|| invalid("cni.dev/valid-attachments is not a list"))?;
+        Field::Null => return Ok(Some(Vec::new())),
+        Field::Is(items) => items,
+        Field::Wrong(_) => return Err(invalid(KEY, format!("{KEY} is not a list"))),
+    };
     items
         .iter()
         .map(|item| {
@@ -286,34 +498,84 @@ fn valid_attachments(obj: &Map<String, Value>) -> Result<Option<Vec<(String, Str
             match (id, ifname) {
                 (Some(id), Some(ifname)) => Ok((id.to_owned(), ifname.to_owned())),
                 _ => Err(invalid(
-                    "cni.dev/valid-attachments entries need containerID and ifname",
+                    KEY,
+                    format!("{KEY} entries need containerID and ifname"),
                 )),
             }
         })
-        .collect::<Result<Vec<_>>>()
+        .collect::<std::result::Result<Vec<_>, _>>()
         .map(Some)
 }
 
-fn string_field(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(invalid(format!("{key} is not a string"))),
-    }
+fn string(key: &'static str, field: Field<String>) -> std::result::Result<Option<String>, Invalid> {
+    field
+        .given()
+        .map_err(|_| invalid(key, format!("{key} is not a string")))
 }
 
-fn absolute_path(key: &str, p: &str) -> Result<PathBuf> {
+fn object(
+    key: &'static str,
+    field: Field<Map<String, Value>>,
+) -> std::result::Result<Option<Map<String, Value>>, Invalid> {
+    field
+        .given()
+        .map_err(|_| invalid(key, format!("{key} is not an object")))
+}
+
+/// `label` names the value in the message (`attachments[2]`), `key` its key.
+fn absolute_path(
+    key: &'static str,
+    label: &str,
+    p: String,
+) -> std::result::Result<PathBuf, Invalid> {
     if !p.starts_with('/') {
-        return Err(invalid(format!("{key} {p:?} is not an absolute path")));
+        return Err(invalid(
+            key,
+            format!("{label} {p:?} is not an absolute path"),
+        ));
     }
     if p.bytes().any(|b| b.is_ascii_control()) {
-        return Err(invalid(format!("{key} {p:?} contains control characters")));
+        return Err(invalid(
+            key,
+            format!("{label} {p:?} contains control characters"),
+        ));
     }
     Ok(PathBuf::from(p))
 }
 
-fn invalid(msg: impl Into<String>) -> Error {
-    Error::new(code::INVALID_CONFIG, msg, "")
+/// The schema's keys, as serde itself lists them for decoding.
+#[cfg(test)]
+pub(crate) fn schema_keys() -> &'static [&'static str] {
+    use serde::de::{self, Visitor};
+
+    /// Records the field list serde passes to `deserialize_struct`, then stops.
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Probe<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(
+            self,
+            _: V,
+        ) -> std::result::Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("probed"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = Entry::deserialize(Probe(&mut fields));
+    fields
 }
 
 #[cfg(test)]
@@ -394,6 +656,168 @@ mod tests {
         let mut v = base();
         v.as_object_mut().unwrap().remove("cniVersion");
         assert_eq!(parse(v).unwrap_err().code(), 7);
+    }
+
+    /// The words of every refusal, as the plugin has always given them.
+    #[test]
+    fn errors_say_which_key_and_why() {
+        let cases: Vec<(&str, Value, u32, &str)> = vec![
+            ("cniVersion", json!("9.9.9"), 1, "unsupported cniVersion \"9.9.9\""),
+            ("cniVersion", json!(null), 1, "unsupported cniVersion null"),
+            ("cniVersion", json!({"a": [1]}), 1, "unsupported cniVersion {\"a\":[1]}"),
+            ("name", json!(5), 7, "name is not a string"),
+            ("name", json!(null), 7, "name is required"),
+            ("name", json!("a/b"), 7, "network name \"a/b\" must start with a letter or digit, contain only letters, digits, '_', '.', '-', and be at most 200 characters"),
+            ("type", json!(1), 7, "type is not a string"),
+            ("delegate", json!(7), 7, "delegate is not a string"),
+            ("delegate", json!(null), 7, "delegate is required: the path of the real network's configuration"),
+            ("delegate", json!("x.conf"), 7, "delegate \"x.conf\" is not an absolute path"),
+            ("delegate", json!("/x\u{1}"), 7, "delegate \"/x\\u{1}\" contains control characters"),
+            ("attachments", json!({"a": 1}), 7, "attachments is not a list of paths"),
+            ("attachments", json!(["/a", 1]), 7, "attachments[1] is not a string"),
+            ("attachments", json!(["/a", "b"]), 7, "attachments[1] \"b\" is not an absolute path"),
+            ("waitSeconds", json!("5"), 7, "waitSeconds is not a number"),
+            ("waitSeconds", json!(1e9), 7, "waitSeconds 1000000000.0 is outside 0..600"),
+            ("waitSeconds", json!(-1), 7, "waitSeconds -1 is outside 0..600"),
+            ("delegateTimeoutSeconds", json!(0), 7, "delegateTimeoutSeconds 0 is outside (0, 600]"),
+            ("delegateTimeoutSeconds", json!(true), 7, "delegateTimeoutSeconds is not a number"),
+            ("lockWaitSeconds", json!(600.5), 7, "lockWaitSeconds 600.5 is outside 0..600"),
+            ("lockWaitSeconds", json!([]), 7, "lockWaitSeconds is not a number"),
+            ("cacheDir", json!("var/lib"), 7, "cacheDir \"var/lib\" is not an absolute path"),
+            ("cacheDir", json!(false), 7, "cacheDir is not a string"),
+            ("strictPermissions", json!("yes"), 7, "strictPermissions is not a boolean"),
+            ("runtimeConfig", json!([]), 7, "runtimeConfig is not an object"),
+            ("prevResult", json!("x"), 7, "prevResult is not an object"),
+            ("args", json!(1), 7, "args is not an object"),
+            ("cni.dev/valid-attachments", json!({}), 7, "cni.dev/valid-attachments is not a list"),
+            ("cni.dev/attachments", json!([{"ifname": "e"}]), 7, "cni.dev/valid-attachments entries need containerID and ifname"),
+        ];
+        for (key, val, code, msg) in cases {
+            let mut v = base();
+            v[key] = val.clone();
+            let err = parse(v).unwrap_err();
+            assert_eq!((err.code(), err.msg().as_str()), (code, msg), "{key}={val}");
+        }
+    }
+
+    #[test]
+    fn the_first_problem_in_key_order_is_reported() {
+        let v = json!({"cniVersion":"1.0.0","waitSeconds":"x","delegate":5,"name":"n"});
+        assert_eq!(parse(v).unwrap_err().msg(), "delegate is not a string");
+        let v = json!({"name":5,"cniVersion":"0.2.0"});
+        assert_eq!(parse(v).unwrap_err().code(), 1);
+    }
+
+    #[test]
+    fn null_takes_the_default_and_unknown_keys_are_skipped() {
+        let mut v = base();
+        for key in [
+            "type",
+            "attachments",
+            "waitSeconds",
+            "delegateTimeoutSeconds",
+            "lockWaitSeconds",
+            "cacheDir",
+            "strictPermissions",
+            "runtimeConfig",
+            "prevResult",
+            "args",
+        ] {
+            v[key] = Value::Null;
+        }
+        v["somethingElse"] = json!({"deep": [[[["x"]]]], "n": 1e300});
+        v["capabilities"] = json!("not read by the guard");
+        let c = parse(v).unwrap();
+        assert_eq!(c.plugin_type, GUARD_TYPE);
+        assert_eq!(c.delegate_timeout, Duration::from_secs(220));
+        assert_eq!(c.lock_wait, Duration::from_secs(10));
+        assert!(c.args.is_none() && c.valid_attachments.is_none());
+    }
+
+    #[test]
+    fn seconds_are_read_with_their_own_bounds() {
+        let mut v = base();
+        v["waitSeconds"] = json!(0.25);
+        v["delegateTimeoutSeconds"] = json!(600);
+        v["lockWaitSeconds"] = json!(0);
+        let c = parse(v).unwrap();
+        assert_eq!(c.wait, Duration::from_millis(250));
+        assert_eq!(c.delegate_timeout, Duration::from_secs(600));
+        assert_eq!(c.lock_wait, Duration::ZERO);
+        for (bounds, max) in [
+            (&WAIT, MAX_WAIT_SECONDS),
+            (&DELEGATE_TIMEOUT, MAX_DELEGATE_TIMEOUT_SECONDS),
+            (&LOCK_WAIT, MAX_LOCK_WAIT_SECONDS),
+        ] {
+            assert_eq!(bounds.max, max);
+            assert!(bounds.allows(bounds.default) && bounds.allows(max));
+            assert!(!bounds.allows(max + 0.001) && !bounds.allows(-0.001));
+        }
+        assert!(WAIT.allows(0.0) && LOCK_WAIT.allows(0.0) && !DELEGATE_TIMEOUT.allows(0.0));
+    }
+
+    #[test]
+    fn gc_attachments_under_either_name() {
+        let mut v = base();
+        v["cni.dev/attachments"] = json!([{"containerID":"c2","ifname":"net1"}]);
+        let c = parse(v.clone()).unwrap();
+        assert_eq!(
+            c.valid_attachments,
+            Some(vec![("c2".into(), "net1".into())])
+        );
+        // libcni's name wins, and its null is an empty list (a Go nil slice).
+        v["cni.dev/valid-attachments"] = Value::Null;
+        assert_eq!(parse(v).unwrap().valid_attachments, Some(vec![]));
+    }
+
+    #[test]
+    fn what_is_not_an_object_is_refused_as_before() {
+        let cases: [(&[u8], &str); 7] = [
+            (b"", "cannot decode the network configuration on stdin: EOF while parsing a value at line 1 column 0"),
+            (b"[1,2]", "the network configuration on stdin is not a JSON object"),
+            (b" \"x\"", "the network configuration on stdin is not a JSON object"),
+            (b"{}{}", "cannot decode the network configuration on stdin: trailing characters at line 1 column 3"),
+            (b"\xef\xbb\xbf{}", "cannot decode the network configuration on stdin: expected value at line 1 column 1"),
+            // Invalid UTF-8 is refused also where the schema skips the key.
+            (b"{\"x\":\"\xc3\x28\"}", "cannot decode the network configuration on stdin: invalid unicode code point at line 1 column 7"),
+            // The first error of the whole text, not the fast path's.
+            (b"{\"x\":1e999,\"y\":[}", "cannot decode the network configuration on stdin: number out of range at line 1 column 10"),
+        ];
+        for (stdin, msg) in cases {
+            let err = GuardConfig::parse(stdin).unwrap_err();
+            assert_eq!((err.code(), err.msg().as_str()), (6, msg), "{stdin:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_given_twice_takes_the_last_value() {
+        let stdin = br#"{"cniVersion":"1.0.0","name":"a","name":"b","delegate":"/d.conf"}"#;
+        assert_eq!(GuardConfig::parse(stdin).unwrap().name, "b");
+        let stdin = br#"{"cniVersion":"1.0.0","name":"a","delegate":"/d","delegate":"d"}"#;
+        assert_eq!(GuardConfig::parse(stdin).unwrap_err().code(), 7);
+    }
+
+    #[test]
+    fn an_entry_serialises_only_what_it_holds() {
+        let entry = Entry {
+            cni_version: Field::Is("1.0.0".into()),
+            plugin_type: Field::Is(GUARD_TYPE.into()),
+            wait_seconds: Field::Is(5.into()),
+            strict_permissions: Field::Null,
+            runtime_config: Field::Is(Map::new()),
+            ..Entry::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&entry).unwrap(),
+            json!({"type": "cni-guard", "waitSeconds": 5, "strictPermissions": null})
+        );
+        let back: Entry = serde_json::from_value(json!({"type":"cni-guard","waitSeconds":5,
+            "strictPermissions":null,"delegate":[1]}))
+        .unwrap();
+        assert_eq!(back.wait_seconds, Field::Is(5.into()));
+        assert_eq!(back.strict_permissions, Field::Null);
+        assert_eq!(back.delegate, Field::Wrong(json!([1])));
+        assert_eq!(back.cache_dir, Field::Absent);
     }
 
     #[test]

@@ -41,6 +41,9 @@ impl Item {
         };
         if self.ok {
             format!("{what} {}", self.path.display())
+        } else if matches!(self.what, Precondition::Plugin(_)) {
+            // A plugin that was not found has no path to name: `path` is its type, said above.
+            format!("{what} {}", self.reason)
         } else {
             format!("{what} {} {}", self.path.display(), self.reason)
         }

@@ -9,15 +9,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use crate::error::{code, Error, Result};
+use crate::names;
 
 /// Upper bound on stdin. A guard config with a GC attachment list for thousands of pods is well
 /// under a megabyte; anything this large is an error, not something to buffer.
 pub const MAX_STDIN: u64 = 16 << 20;
-/// Container IDs become file names in the record store.
-pub const MAX_CONTAINER_ID: usize = 200;
-/// Linux's IFNAMSIZ less the terminating NUL.
-pub const MAX_IFNAME: usize = 15;
-/// Bound on every other CNI_* value.
+/// Bound on every CNI_* value (container IDs and interface names have tighter ones, in `names`).
 pub const MAX_VALUE: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,14 +64,13 @@ impl Command {
     }
 }
 
-/// A validated request. Optional parameters are empty strings when absent.
+/// A validated request: what the guard reads of it. Optional parameters are empty strings when
+/// absent. `CNI_NETNS` and `CNI_ARGS` are checked but not kept: the delegate gets them from the
+/// environment it inherits.
 #[derive(Debug, Clone)]
 pub struct Request {
-    pub command: Command,
     pub container_id: String,
-    pub netns: String,
     pub ifname: String,
-    pub args: String,
     pub cni_path: Vec<PathBuf>,
     pub stdin: Vec<u8>,
 }
@@ -119,17 +115,17 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
         }
     };
     let container_id = get("CNI_CONTAINERID");
-    let netns = get("CNI_NETNS");
+    get("CNI_NETNS");
     let ifname = get("CNI_IFNAME");
-    let args = get("CNI_ARGS");
+    get("CNI_ARGS");
     let path = get("CNI_PATH");
     if !container_id.is_empty() {
-        if let Err(why) = validate_container_id(&container_id) {
+        if let Err(why) = names::container_id(&container_id) {
             problems.push(format!("CNI_CONTAINERID {why}"));
         }
     }
     if !ifname.is_empty() {
-        if let Err(why) = validate_ifname(&ifname) {
+        if let Err(why) = names::ifname(&ifname) {
             problems.push(format!("CNI_IFNAME {why}"));
         }
     }
@@ -150,11 +146,8 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
         .map(PathBuf::from)
         .collect();
     Ok(Request {
-        command,
         container_id,
-        netns,
         ifname,
-        args,
         cni_path,
         stdin: Vec::new(),
     })
@@ -170,43 +163,6 @@ fn value_problem(bytes: &[u8]) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-/// The spec's rule: starts alphanumeric, then alphanumerics, `_`, `.` or `-`.
-pub fn validate_container_id(id: &str) -> std::result::Result<(), String> {
-    let mut bytes = id.bytes();
-    let ok_first = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
-    if !ok_first || !bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
-        return Err(format!(
-            "{:?} must start with a letter or digit and contain only letters, digits, '_', '.', '-'",
-            truncate(id, 64)
-        ));
-    }
-    if id.len() > MAX_CONTAINER_ID {
-        return Err(format!("is longer than {MAX_CONTAINER_ID} characters"));
-    }
-    Ok(())
-}
-
-/// The spec's interface-name rule (Linux's): 1 to 15 bytes, not `.` or `..`, no `/`, `:` or
-/// whitespace.
-pub fn validate_ifname(name: &str) -> std::result::Result<(), String> {
-    if name.len() > MAX_IFNAME {
-        return Err(format!(
-            "{:?} is longer than {MAX_IFNAME} bytes",
-            truncate(name, 64)
-        ));
-    }
-    if name == "." || name == ".." {
-        return Err(format!("{name:?} is not a valid interface name"));
-    }
-    if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        return Err(format!("{name:?} contains '/', ':' or whitespace"));
-    }
-    Ok(())
 }
 
 /// Reads stdin up to [`MAX_STDIN`] bytes.
@@ -259,8 +215,8 @@ mod tests {
             ("CNI_IFNAME", "eth0"),
             ("CNI_PATH", "/opt/cni/bin::/usr/lib/cni"),
         ]);
-        let r = parse_env(command(&e).unwrap(), &e).unwrap();
-        assert_eq!(r.command, Command::Add);
+        assert_eq!(command(&e).unwrap(), Command::Add);
+        let r = parse_env(Command::Add, &e).unwrap();
         assert_eq!(r.container_id, "abc-1.2_3");
         assert_eq!(
             r.cni_path,
@@ -300,14 +256,21 @@ mod tests {
 
     #[test]
     fn rejects_bad_ids_and_ifnames() {
-        for id in ["../x", "a/b", "-a", ".a", "a\nb", "a b", "a:b"] {
-            assert!(validate_container_id(id).is_err(), "{id:?}");
-        }
-        assert!(validate_container_id(&"a".repeat(201)).is_err());
-        for name in [".", "..", "a/b", "a:b", "a b", "0123456789abcdef", "eth\t0"] {
-            assert!(validate_ifname(name).is_err(), "{name:?}");
-        }
-        assert!(validate_ifname("net1").is_ok());
+        let e = env(&[
+            ("CNI_CONTAINERID", "../x"),
+            ("CNI_IFNAME", "a:b"),
+            ("CNI_PATH", "/b"),
+        ]);
+        let err = parse_env(Command::Del, &e).unwrap_err();
+        assert_eq!(err.code(), 4);
+        assert!(
+            err.msg().contains(
+                "CNI_CONTAINERID \"../x\" must start with a letter or digit and contain only \
+                 letters, digits, '_', '.', '-'; CNI_IFNAME \"a:b\" contains '/', ':' or whitespace"
+            ),
+            "{}",
+            err.msg()
+        );
         let e = env(&[
             ("CNI_CONTAINERID", "x"),
             ("CNI_IFNAME", "eth0\n"),

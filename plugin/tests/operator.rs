@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 fn guard() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cni-guard"));
-    cmd.env_remove("CNI_COMMAND");
+    // `check` takes CNI_PATH from the environment: a test that wants it sets it.
+    cmd.env_remove("CNI_COMMAND").env_remove("CNI_PATH");
     cmd
 }
 
@@ -136,6 +137,44 @@ mod install {
         // No temp file left behind in either folder.
         assert_eq!(node.names(&node.bin), ["cni-guard"]);
         assert_eq!(node.names(&node.conf), ["00-cni-guard.conflist"]);
+    }
+
+    #[test]
+    fn writes_the_timing_settings_it_is_given_and_refuses_bad_ones() {
+        let node = Node::new();
+        let out = node.install(&[
+            "--wait-seconds=4",
+            "--delegate-timeout-seconds=30",
+            "--lock-wait-seconds=2",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let conflist: serde_json::Value =
+            serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+        let plugin = &conflist["plugins"][0];
+        assert_eq!(plugin["waitSeconds"], 4);
+        assert_eq!(plugin["delegateTimeoutSeconds"], 30);
+        assert_eq!(plugin["lockWaitSeconds"], 2);
+
+        for (flag, want) in [
+            (
+                "--lock-wait-seconds=601",
+                "--lock-wait-seconds: \"601\" is not a whole number from 0 to 600",
+            ),
+            ("--lock-wait-seconds=soon", "--lock-wait-seconds: \"soon\""),
+            ("--delegate-timeout-seconds=0", "from 1 to 600"),
+        ] {
+            let out = node.install(&[flag]);
+            assert_eq!(out.status.code(), Some(2), "{flag}");
+            assert!(
+                text(&out.stderr).contains(want),
+                "{flag}: {}",
+                text(&out.stderr)
+            );
+        }
+        let help = text(&run(&["install", "--help"]).stdout);
+        assert!(help.contains("--lock-wait-seconds N"), "{help}");
+        let help = text(&run(&["keep", "--help"]).stdout);
+        assert!(help.contains("--lock-wait-seconds N"), "{help}");
     }
 
     #[test]
@@ -591,6 +630,7 @@ mod check {
         assert_eq!(
             lines,
             [
+                "  CNI_PATH by default (no --cni-path, no CNI_PATH): /opt/cni/bin",
                 "✓ delegate   /etc/cni/net.d/00-multus.conf",
                 "✓ attachment /etc/cni/multus/net.d/05-cilium.conflist",
                 "✓ plugin     \"cilium-cni\" at /opt/cni/bin/cilium-cni",
@@ -653,6 +693,84 @@ mod check {
         assert!(line.starts_with("✗ plugin     \"cilium-cni\": "), "{line}");
         assert!(line.contains("/opt/cni/bin"), "{line}");
         assert!(!line.contains(host.root.to_str().unwrap()), "{line}");
+        // The summary is ADD's own message, which names the type once.
+        let last = report.lines().last().unwrap();
+        assert!(
+            last.ends_with(
+                "cni-guard: network not ready: plugin \"cilium-cni\" is not in CNI_PATH /opt/cni/bin"
+            ),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn takes_cni_path_from_the_environment_unless_given_and_says_which() {
+        let host = Host::ready();
+        // The plugins move to where only CNI_PATH points.
+        fs::create_dir_all(host.path("usr/lib/cni")).unwrap();
+        for plugin in ["multus-shim", "cilium-cni"] {
+            fs::rename(
+                host.path("opt/cni/bin").join(plugin),
+                host.path("usr/lib/cni").join(plugin),
+            )
+            .unwrap();
+        }
+        let check = |env: Option<&str>, extra: &[&str]| {
+            let mut cmd = guard();
+            cmd.args([
+                "check",
+                &format!(
+                    "--config={}",
+                    host.path("etc/cni/net.d/00-cni-guard.conflist").display()
+                ),
+                &format!("--host-root={}", host.root.display()),
+            ])
+            .args(extra);
+            if let Some(value) = env {
+                cmd.env("CNI_PATH", value);
+            }
+            let out = cmd.output().unwrap();
+            (out.status.code(), text(&out.stdout))
+        };
+
+        let (code, report) = check(Some("/usr/lib/cni:/opt/cni/bin"), &[]);
+        assert_eq!(code, Some(0), "{report}");
+        assert_eq!(
+            report.lines().next().unwrap(),
+            "  CNI_PATH from the environment: /usr/lib/cni:/opt/cni/bin"
+        );
+        assert!(
+            report.contains("\"cilium-cni\" at /usr/lib/cni/cilium-cni"),
+            "{report}"
+        );
+
+        // --cni-path wins over the environment.
+        let (code, report) = check(Some("/usr/lib/cni"), &["--cni-path=/opt/cni/bin"]);
+        assert_eq!(code, Some(1), "{report}");
+        assert_eq!(
+            report.lines().next().unwrap(),
+            "  CNI_PATH from --cni-path: /opt/cni/bin"
+        );
+
+        // Neither, or an empty CNI_PATH: the default.
+        for env in [None, Some("")] {
+            let (code, report) = check(env, &[]);
+            assert_eq!(code, Some(1), "{report}");
+            assert!(
+                report.starts_with(
+                    "  CNI_PATH by default (no --cni-path, no CNI_PATH): /opt/cni/bin\n"
+                ),
+                "{report}"
+            );
+        }
+
+        let (code, out) = check(Some("/usr/lib/cni"), &["--json"]);
+        assert_eq!(code, Some(0), "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["cniPath"],
+            serde_json::json!({"dirs": ["/usr/lib/cni"], "from": "environment"})
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ the guard's file is the first config in its conf dir. Exit 0 when ready, 1 when 
   --host-root DIR    look up the host paths the conflist names under DIR (in a pod that
                      mounts the host's folders under /host: --host-root=/host)
   --cni-path DIRS    where plugin binaries are, ':'-separated host paths, as CNI_PATH
-                     [/opt/cni/bin]
+                     [CNI_PATH from the environment, else /opt/cni/bin]
   --json             print one JSON object instead of lines
 ";
 
@@ -43,10 +43,63 @@ struct Line {
     reason: String,
 }
 
+/// Where plugin binaries are looked up, and what said so.
+#[derive(Serialize)]
+struct CniPath {
+    #[serde(skip)]
+    dirs: Vec<PathBuf>,
+    /// The directories as given (host paths), for people and JSON.
+    #[serde(rename = "dirs")]
+    shown: Vec<String>,
+    from: Source,
+}
+
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Source {
+    #[serde(rename = "--cni-path")]
+    Flag,
+    Environment,
+    Default,
+}
+
+impl CniPath {
+    const DEFAULT: &'static str = "/opt/cni/bin";
+
+    /// `--cni-path` when given, else a non-empty CNI_PATH from the environment, else the default.
+    fn choose(flag: Option<OsString>, env: Option<OsString>) -> CniPath {
+        let (value, from) = match (flag, env) {
+            (Some(value), _) => (value, Source::Flag),
+            (None, Some(value)) if !value.is_empty() => (value, Source::Environment),
+            _ => (OsString::from(Self::DEFAULT), Source::Default),
+        };
+        let dirs: Vec<PathBuf> = std::env::split_paths(&value)
+            .filter(|d| !d.as_os_str().is_empty())
+            .collect();
+        let shown = dirs.iter().map(|d| d.display().to_string()).collect();
+        CniPath { dirs, shown, from }
+    }
+
+    /// The line saying which directories and why, e.g. `CNI_PATH from --cni-path: /opt/cni/bin`.
+    fn describe(&self) -> String {
+        let dirs = match self.shown.join(":") {
+            dirs if dirs.is_empty() => "(no directory)".to_string(),
+            dirs => dirs,
+        };
+        match self.from {
+            Source::Flag => format!("CNI_PATH from --cni-path: {dirs}"),
+            Source::Environment => format!("CNI_PATH from the environment: {dirs}"),
+            Source::Default => format!("CNI_PATH by default (no --cni-path, no CNI_PATH): {dirs}"),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Verdict {
     ready: bool,
     config: String,
+    #[serde(rename = "cniPath")]
+    cni_path: CniPath,
     /// The CNI error code ADD would return (11 try again later, 7 misconfigured), if any.
     code: Option<u32>,
     message: Option<String>,
@@ -58,7 +111,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
     let mut flags = Flags::new(args);
     let mut config: Option<PathBuf> = None;
     let mut host_root: Option<PathBuf> = None;
-    let mut cni_path = vec![PathBuf::from("/opt/cni/bin")];
+    let mut cni_path_flag: Option<OsString> = None;
     let mut json = false;
     while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
@@ -68,20 +121,14 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
             }
             "--config" => config = Some(flags.path(&flag)?),
             "--host-root" => host_root = Some(flags.path(&flag)?),
-            "--cni-path" => {
-                cni_path = flags
-                    .value(&flag)?
-                    .split(':')
-                    .filter(|d| !d.is_empty())
-                    .map(PathBuf::from)
-                    .collect();
-            }
+            "--cni-path" => cni_path_flag = Some(flags.value(&flag)?.into()),
             "--json" => json = true,
             other => return Err(Flags::unknown(other)),
         }
     }
     let config = config.ok_or_else(|| Failure::usage("--config is required"))?;
-    let verdict = assess(&config, host_root.as_deref(), &cni_path);
+    let cni_path = CniPath::choose(cni_path_flag, std::env::var_os("CNI_PATH"));
+    let verdict = assess(&config, host_root.as_deref(), cni_path);
     if json {
         let text = serde_json::to_string_pretty(&verdict).expect("a verdict serialises");
         println!("{text}");
@@ -91,7 +138,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
     Ok(if verdict.ready { 0 } else { 1 })
 }
 
-fn assess(config: &Path, root: Option<&Path>, cni_path: &[PathBuf]) -> Verdict {
+fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
     // What a person reading the report knows: host paths, not this pod's mount points.
     let shown = |p: &Path| -> String {
         match root.and_then(|r| p.strip_prefix(r).ok()) {
@@ -112,6 +159,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: &[PathBuf]) -> Verdict {
     let mut verdict = Verdict {
         ready: false,
         config: shown(config),
+        cni_path,
         code: None,
         message: None,
         items: Vec::new(),
@@ -142,7 +190,12 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: &[PathBuf]) -> Verdict {
         .iter()
         .map(|a| under_root(root, a))
         .collect();
-    let cni_path: Vec<PathBuf> = cni_path.iter().map(|d| under_root(root, d)).collect();
+    let cni_path: Vec<PathBuf> = verdict
+        .cni_path
+        .dirs
+        .iter()
+        .map(|d| under_root(root, d))
+        .collect();
 
     let report = readiness::check(&cfg, &cni_path);
     for item in &report.items {
@@ -235,7 +288,7 @@ fn first_in_conf_dir(config: &Path) -> Result<(), String> {
 }
 
 fn render(verdict: &Verdict) -> String {
-    let mut out = String::new();
+    let mut out = format!("  {}\n", verdict.cni_path.describe());
     for line in &verdict.items {
         let mark = if line.ok { '✓' } else { '✗' };
         let subject = match &line.plugin_type {

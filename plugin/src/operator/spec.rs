@@ -9,10 +9,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value};
 
 use super::{Failure, Flags, SPEC_VERSIONS};
-use crate::config::MAX_WAIT_SECONDS;
+use crate::config::{Entry, Field, Seconds, DELEGATE_TIMEOUT, LOCK_WAIT, WAIT};
+use crate::error::code;
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
 pub const DEFAULT_NETWORK_NAME: &str = "guarded-pod-network";
@@ -38,25 +40,68 @@ Conflist settings:
   --wait-seconds N       how long ADD waits for the delegate before refusing [0]
   --delegate-timeout-seconds N
                          bound on a delegate plugin run as the guard's child [plugin default: 220]
+  --lock-wait-seconds N  bound on waiting for another guard process on the same attachment
+                         [plugin default: 10]
   --capability NAME      a runtime capability to accept and pass on, e.g. portMappings
                          (repeatable)
   --strict-permissions   refuse delegate and attachment files writable by group or others
 ";
+
+/// What a conflist flag takes.
+#[derive(Debug)]
+enum Takes {
+    Text,
+    /// A host path, written as given.
+    Path,
+    /// A host path, one more item of a list (repeatable).
+    ListedPath,
+    /// Whole seconds within the key's bounds.
+    Seconds(&'static Seconds),
+    /// A bare switch: `true`.
+    Switch,
+    /// A capability name, one more `name: true` of an object (repeatable).
+    Capability,
+}
+
+/// The conflist flags, and the key of the guard's entry each one sets. `take_flag` knows no
+/// others, and a test proves that they are the schema's keys ([`Entry`]) less those the runtime
+/// adds and `type`, each once.
+const KEY_FLAGS: [(&str, &str, Takes); 10] = [
+    ("--network-name", "name", Takes::Text),
+    ("--cni-version", "cniVersion", Takes::Text),
+    ("--delegate", "delegate", Takes::Path),
+    ("--attachment", "attachments", Takes::ListedPath),
+    ("--cache-dir", "cacheDir", Takes::Path),
+    ("--wait-seconds", WAIT.key, Takes::Seconds(&WAIT)),
+    (
+        "--delegate-timeout-seconds",
+        DELEGATE_TIMEOUT.key,
+        Takes::Seconds(&DELEGATE_TIMEOUT),
+    ),
+    (
+        "--lock-wait-seconds",
+        LOCK_WAIT.key,
+        Takes::Seconds(&LOCK_WAIT),
+    ),
+    ("--strict-permissions", "strictPermissions", Takes::Switch),
+    ("--capability", "capabilities", Takes::Capability),
+];
+
+/// The flag that sets `key`, for messages; the key itself when no flag does.
+fn flag_for(key: &str) -> &str {
+    KEY_FLAGS
+        .iter()
+        .find(|(_, k, _)| *k == key)
+        .map_or(key, |(flag, _, _)| flag)
+}
 
 /// Everything that determines the guard's conflist and where it goes.
 #[derive(Debug, Clone)]
 pub struct GuardFile {
     pub conf_dir: Option<PathBuf>,
     pub conf_name: String,
-    pub network_name: String,
-    pub cni_version: String,
-    pub delegate: Option<PathBuf>,
-    pub attachments: Vec<PathBuf>,
-    pub wait_seconds: u64,
-    pub delegate_timeout_seconds: Option<u64>,
-    pub cache_dir: PathBuf,
-    pub capabilities: Vec<String>,
-    pub strict_permissions: bool,
+    /// The entry's keys as the flags gave them; [`GuardFile::entry`] adds the defaults.
+    keys: Map<String, Value>,
 }
 
 impl Default for GuardFile {
@@ -64,42 +109,18 @@ impl Default for GuardFile {
         GuardFile {
             conf_dir: None,
             conf_name: DEFAULT_CONF_NAME.to_string(),
-            network_name: DEFAULT_NETWORK_NAME.to_string(),
-            cni_version: DEFAULT_CNI_VERSION.to_string(),
-            delegate: None,
-            attachments: Vec::new(),
-            wait_seconds: 0,
-            delegate_timeout_seconds: None,
-            cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
-            capabilities: Vec::new(),
-            strict_permissions: false,
+            keys: Map::new(),
         }
     }
 }
 
+/// The file: the entry's `cniVersion` and `name` at the top, the entry the one plugin.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Conflist<'a> {
-    cni_version: &'a str,
-    name: &'a str,
-    plugins: [Plugin<'a>; 1],
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Plugin<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    delegate: &'a Path,
-    attachments: &'a [PathBuf],
-    wait_seconds: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delegate_timeout_seconds: Option<u64>,
-    cache_dir: &'a Path,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    strict_permissions: bool,
-    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
-    capabilities: serde_json::Map<String, serde_json::Value>,
+    cni_version: &'a Field<String>,
+    name: &'a Field<String>,
+    plugins: [&'a Entry; 1],
 }
 
 impl GuardFile {
@@ -108,67 +129,92 @@ impl GuardFile {
         match flag {
             "--conf-dir" => self.conf_dir = Some(flags.path(flag)?),
             "--conf-name" => self.conf_name = flags.value(flag)?,
-            "--network-name" => self.network_name = flags.value(flag)?,
-            "--cni-version" => self.cni_version = flags.value(flag)?,
-            "--delegate" => self.delegate = Some(flags.path(flag)?),
-            "--attachment" => self.attachments.push(flags.path(flag)?),
-            "--cache-dir" => self.cache_dir = flags.path(flag)?,
-            "--capability" => self.capabilities.push(flags.value(flag)?),
-            "--strict-permissions" => self.strict_permissions = true,
-            "--wait-seconds" => {
-                let value = flags.value(flag)?;
-                self.wait_seconds = value
-                    .parse()
-                    .ok()
-                    .filter(|s| *s as f64 <= MAX_WAIT_SECONDS)
-                    .ok_or_else(|| {
-                        Failure::usage(format!(
-                            "--wait-seconds: {value:?} is not a whole number from 0 to {MAX_WAIT_SECONDS}"
-                        ))
-                    })?;
+            _ => {
+                let Some((_, key, takes)) = KEY_FLAGS.iter().find(|(f, _, _)| *f == flag) else {
+                    return Ok(false);
+                };
+                let key = key.to_string();
+                match takes {
+                    Takes::Text => {
+                        self.keys.insert(key, flags.value(flag)?.into());
+                    }
+                    Takes::Path => {
+                        self.keys.insert(key, path(flags, flag)?.into());
+                    }
+                    Takes::ListedPath => {
+                        let item = path(flags, flag)?.into();
+                        match self
+                            .keys
+                            .entry(key)
+                            .or_insert_with(|| Value::Array(Vec::new()))
+                        {
+                            Value::Array(items) => items.push(item),
+                            other => *other = Value::Array(vec![item]),
+                        }
+                    }
+                    Takes::Seconds(bounds) => {
+                        let value = flags.value(flag)?;
+                        let seconds: u64 = value
+                            .parse()
+                            .ok()
+                            .filter(|s| bounds.allows(*s as f64))
+                            .ok_or_else(|| {
+                                Failure::usage(format!(
+                                    "{flag}: {value:?} is not a whole number from {} to {}",
+                                    if bounds.zero { 0 } else { 1 },
+                                    bounds.max
+                                ))
+                            })?;
+                        self.keys.insert(key, Number::from(seconds).into());
+                    }
+                    Takes::Switch => {
+                        self.keys.insert(key, true.into());
+                    }
+                    Takes::Capability => {
+                        let name = flags.value(flag)?;
+                        if name.is_empty() {
+                            return Err(Failure::usage(format!("{flag} {name:?}: empty name")));
+                        }
+                        match self
+                            .keys
+                            .entry(key)
+                            .or_insert_with(|| Value::Object(Map::new()))
+                        {
+                            Value::Object(names) => {
+                                names.insert(name, true.into());
+                            }
+                            other => *other = serde_json::json!({ name: true }),
+                        }
+                    }
+                }
             }
-            "--delegate-timeout-seconds" => {
-                let value = flags.value(flag)?;
-                let secs = value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|s| *s >= 1 && *s as f64 <= MAX_WAIT_SECONDS)
-                    .ok_or_else(|| {
-                        Failure::usage(format!(
-                            "--delegate-timeout-seconds: {value:?} is not a whole number from 1 to {MAX_WAIT_SECONDS}"
-                        ))
-                    })?;
-                self.delegate_timeout_seconds = Some(secs);
-            }
-            _ => return Ok(false),
         }
         Ok(true)
     }
 
-    /// Checks the flags together; returns the conf dir to write into.
+    /// The entry to write: the flags' keys over the defaults.
+    fn entry(&self) -> Entry {
+        let mut keys = Map::new();
+        keys.insert("cniVersion".into(), DEFAULT_CNI_VERSION.into());
+        keys.insert("name".into(), DEFAULT_NETWORK_NAME.into());
+        keys.insert("type".into(), PLUGIN_TYPE.into());
+        keys.insert("attachments".into(), Value::Array(Vec::new()));
+        keys.insert(WAIT.key.into(), 0.into());
+        keys.insert("cacheDir".into(), DEFAULT_CACHE_DIR.into());
+        keys.extend(self.keys.clone());
+        // Cannot fail: every key of the schema takes any JSON value (a wrong one is refused by
+        // `validate`, not by decoding), and an object has no duplicate keys.
+        Entry::deserialize(Value::Object(keys)).expect("an object decodes as an entry")
+    }
+
+    /// Checks the flags together, by the plugin's own rules; returns the conf dir to write into.
     pub fn validate(&self) -> Result<&Path, Failure> {
         let conf_dir = self
             .conf_dir
             .as_deref()
             .ok_or_else(|| Failure::usage("--conf-dir is required"))?;
-        let delegate = self
-            .delegate
-            .as_deref()
-            .ok_or_else(|| Failure::usage("--delegate is required"))?;
-        let host_paths = std::iter::once(("--delegate", delegate))
-            .chain(
-                self.attachments
-                    .iter()
-                    .map(|a| ("--attachment", a.as_path())),
-            )
-            .chain(std::iter::once(("--cache-dir", self.cache_dir.as_path())));
-        for (flag, path) in host_paths {
-            if !path.is_absolute() {
-                return Err(Failure::usage(format!(
-                    "{flag} {}: must be an absolute host path",
-                    path.display()
-                )));
-            }
+        if !self.keys.contains_key("delegate") {
+            return Err(Failure::usage("--delegate is required"));
         }
         if !self.conf_name.ends_with(".conflist") || self.conf_name.contains('/') {
             return Err(Failure::usage(format!(
@@ -179,18 +225,12 @@ impl GuardFile {
         if self.conf_name.starts_with('.') {
             return Err(Failure::usage("--conf-name must not start with a dot"));
         }
-        if !SPEC_VERSIONS.contains(&self.cni_version.as_str()) {
-            return Err(Failure::usage(format!(
-                "--cni-version {:?}: supported are {}",
-                self.cni_version,
-                SPEC_VERSIONS.join(", ")
-            )));
-        }
-        if let Err(e) = crate::config::validate_network_name(&self.network_name) {
-            return Err(Failure::usage(format!("--network-name: {}", e.msg())));
-        }
-        if let Some(cap) = self.capabilities.iter().find(|c| c.is_empty()) {
-            return Err(Failure::usage(format!("--capability {cap:?}: empty name")));
+        if let Err(invalid) = self.entry().validate() {
+            let mut message = format!("{}: {}", flag_for(invalid.key), invalid.error.msg());
+            if invalid.error.code() == code::INCOMPATIBLE_VERSION {
+                message.push_str(&format!(" (supported are {})", SPEC_VERSIONS.join(", ")));
+            }
+            return Err(Failure::usage(message));
         }
         Ok(conf_dir)
     }
@@ -198,145 +238,268 @@ impl GuardFile {
     /// The conflist's bytes: deterministic for the same flags, so an unchanged setup is
     /// recognised byte for byte and never rewritten.
     pub fn render(&self) -> Vec<u8> {
-        let capabilities = self
-            .capabilities
-            .iter()
-            .map(|c| (c.clone(), serde_json::Value::Bool(true)))
-            .collect();
+        let entry = self.entry();
         let conflist = Conflist {
-            cni_version: &self.cni_version,
-            name: &self.network_name,
-            plugins: [Plugin {
-                kind: PLUGIN_TYPE,
-                delegate: self.delegate.as_deref().unwrap_or(Path::new("")),
-                attachments: &self.attachments,
-                wait_seconds: self.wait_seconds,
-                delegate_timeout_seconds: self.delegate_timeout_seconds,
-                cache_dir: &self.cache_dir,
-                strict_permissions: self.strict_permissions,
-                capabilities,
-            }],
+            cni_version: &entry.cni_version,
+            name: &entry.name,
+            plugins: [&entry],
         };
         let mut bytes =
-            serde_json::to_vec_pretty(&conflist).expect("a conflist of strings serialises");
+            serde_json::to_vec_pretty(&conflist).expect("a JSON entry always serialises");
         bytes.push(b'\n');
         bytes
     }
 }
 
+/// A path flag's value, which must not be empty.
+fn path(flags: &mut Flags, flag: &str) -> Result<String, Failure> {
+    let value = flags.value(flag)?;
+    if value.is_empty() {
+        return Err(Failure::usage(format!("{flag} needs a non-empty path")));
+    }
+    Ok(value)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::BTreeSet;
+    use std::ffi::OsString;
+    use std::time::Duration;
 
-    #[test]
-    fn renders_the_contract_conflist() {
-        let spec = GuardFile {
-            conf_dir: Some(PathBuf::from("/host/etc/cni/net.d")),
-            delegate: Some(PathBuf::from("/etc/cni/net.d/00-multus.conf")),
-            attachments: vec![PathBuf::from("/etc/cni/multus/net.d/05-cilium.conflist")],
-            capabilities: vec!["portMappings".into()],
-            ..GuardFile::default()
-        };
-        spec.validate().unwrap();
-        let value: serde_json::Value = serde_json::from_slice(&spec.render()).unwrap();
-        assert_eq!(
-            value,
-            serde_json::json!({
-                "cniVersion": "1.0.0",
-                "name": "guarded-pod-network",
-                "plugins": [{
-                    "type": "cni-guard",
-                    "delegate": "/etc/cni/net.d/00-multus.conf",
-                    "attachments": ["/etc/cni/multus/net.d/05-cilium.conflist"],
-                    "waitSeconds": 0,
-                    "cacheDir": "/var/lib/cni/cni-guard",
-                    "capabilities": {"portMappings": true}
-                }]
-            })
-        );
+    use super::*;
+    use crate::config::{GuardConfig, INJECTED_KEYS};
+
+    /// A `GuardFile` from conflist flags, as `install` and `keep` build it.
+    fn file(args: &[&str]) -> Result<GuardFile, Failure> {
+        let mut flags = Flags::new(args.iter().map(OsString::from).collect());
+        let mut spec = GuardFile::default();
+        while let Some(flag) = flags.next_flag()? {
+            if !spec.take_flag(&flag, &mut flags)? {
+                return Err(Flags::unknown(&flag));
+            }
+        }
+        Ok(spec)
+    }
+
+    const BASE: [&str; 2] = [
+        "--conf-dir=/host/etc/cni/net.d",
+        "--delegate=/etc/cni/net.d/00-multus.conf",
+    ];
+
+    fn with(extra: &[&str]) -> Result<GuardFile, Failure> {
+        file(&[&BASE[..], extra].concat())
     }
 
     #[test]
-    fn strict_permissions_is_written_only_when_asked_for() {
-        let mut spec = GuardFile {
-            conf_dir: Some(PathBuf::from("/c")),
-            delegate: Some(PathBuf::from("/d.conf")),
-            ..GuardFile::default()
-        };
+    fn renders_the_contract_conflist_byte_for_byte() {
+        let spec = with(&[
+            "--attachment=/etc/cni/multus/net.d/05-cilium.conflist",
+            "--capability=portMappings",
+        ])
+        .unwrap();
+        spec.validate().unwrap();
+        // The README's file: an existing install must find its conflist unchanged.
+        let want = r#"{
+  "cniVersion": "1.0.0",
+  "name": "guarded-pod-network",
+  "plugins": [
+    {
+      "type": "cni-guard",
+      "delegate": "/etc/cni/net.d/00-multus.conf",
+      "attachments": [
+        "/etc/cni/multus/net.d/05-cilium.conflist"
+      ],
+      "waitSeconds": 0,
+      "cacheDir": "/var/lib/cni/cni-guard",
+      "capabilities": {
+        "portMappings": true
+      }
+    }
+  ]
+}
+"#;
+        assert_eq!(String::from_utf8(spec.render()).unwrap(), want);
+    }
+
+    #[test]
+    fn optional_keys_are_written_only_when_asked_for() {
         let plugin = |spec: &GuardFile| {
-            let v: serde_json::Value = serde_json::from_slice(&spec.render()).unwrap();
+            let v: Value = serde_json::from_slice(&spec.render()).unwrap();
             v["plugins"][0].clone()
         };
-        assert!(plugin(&spec).get("strictPermissions").is_none());
-        spec.strict_permissions = true;
+        let spec = with(&[]).unwrap();
+        for key in [
+            "strictPermissions",
+            "delegateTimeoutSeconds",
+            "lockWaitSeconds",
+            "capabilities",
+        ] {
+            assert!(plugin(&spec).get(key).is_none(), "{key}");
+        }
+        let spec = with(&["--strict-permissions", "--lock-wait-seconds=0"]).unwrap();
         assert_eq!(plugin(&spec)["strictPermissions"], true);
+        assert_eq!(plugin(&spec)["lockWaitSeconds"], 0);
     }
 
     #[test]
     fn the_plugin_reads_back_what_is_rendered() {
-        let spec = GuardFile {
-            conf_dir: Some(PathBuf::from("/c")),
-            delegate: Some(PathBuf::from("/etc/cni/net.d/00-multus.conf")),
-            attachments: vec![PathBuf::from("/etc/cni/multus/net.d/05-cilium.conflist")],
-            wait_seconds: 7,
-            delegate_timeout_seconds: Some(30),
-            cache_dir: PathBuf::from("/var/lib/cni/elsewhere"),
-            strict_permissions: true,
-            network_name: "guarded".into(),
-            cni_version: "1.1.0".into(),
-            ..GuardFile::default()
-        };
+        let spec = with(&[
+            "--attachment=/etc/cni/multus/net.d/05-cilium.conflist",
+            "--attachment=/etc/cni/multus/net.d/10-macvlan.conflist",
+            "--wait-seconds=7",
+            "--delegate-timeout-seconds=30",
+            "--lock-wait-seconds",
+            "3",
+            "--cache-dir=/var/lib/cni/elsewhere",
+            "--strict-permissions",
+            "--network-name=guarded",
+            "--cni-version=1.1.0",
+            "--capability=portMappings",
+            "--capability=bandwidth",
+        ])
+        .unwrap();
+        spec.validate().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(&spec.conf_name);
         std::fs::write(&path, spec.render()).unwrap();
-        let cfg = crate::config::GuardConfig::from_conflist_file(&path).unwrap();
-        assert_eq!(cfg.delegate, spec.delegate.unwrap());
-        assert_eq!(cfg.attachments, spec.attachments);
-        assert_eq!(cfg.delegate_timeout, std::time::Duration::from_secs(30));
-        assert_eq!(cfg.wait, std::time::Duration::from_secs(7));
-        assert_eq!(cfg.cache_dir, spec.cache_dir);
+        let cfg = GuardConfig::from_conflist_file(&path).unwrap();
+        assert_eq!(cfg.delegate, PathBuf::from("/etc/cni/net.d/00-multus.conf"));
+        assert_eq!(
+            cfg.attachments,
+            [
+                PathBuf::from("/etc/cni/multus/net.d/05-cilium.conflist"),
+                PathBuf::from("/etc/cni/multus/net.d/10-macvlan.conflist")
+            ]
+        );
+        assert_eq!(cfg.wait, Duration::from_secs(7));
+        assert_eq!(cfg.delegate_timeout, Duration::from_secs(30));
+        assert_eq!(cfg.lock_wait, Duration::from_secs(3));
+        assert_eq!(cfg.cache_dir, PathBuf::from("/var/lib/cni/elsewhere"));
         assert!(cfg.strict_permissions);
         assert_eq!(cfg.name, "guarded");
         assert_eq!(cfg.cni_version, "1.1.0");
         assert_eq!(cfg.plugin_type, PLUGIN_TYPE);
+        let v: Value = serde_json::from_slice(&spec.render()).unwrap();
+        assert_eq!(
+            v["plugins"][0]["capabilities"],
+            serde_json::json!({"bandwidth": true, "portMappings": true})
+        );
     }
 
     #[test]
-    fn rejects_relative_host_paths_and_bad_names() {
-        let base = GuardFile {
-            conf_dir: Some(PathBuf::from("/c")),
-            delegate: Some(PathBuf::from("/d.conf")),
-            ..GuardFile::default()
-        };
-        base.validate().unwrap();
-        let bad = [
-            GuardFile {
-                delegate: Some(PathBuf::from("d.conf")),
-                ..base.clone()
-            },
-            GuardFile {
-                attachments: vec![PathBuf::from("x")],
-                ..base.clone()
-            },
-            GuardFile {
-                conf_name: "00-guard.conf".into(),
-                ..base.clone()
-            },
-            GuardFile {
-                cni_version: "2.0.0".into(),
-                ..base.clone()
-            },
-            GuardFile {
-                network_name: "a b".into(),
-                ..base.clone()
-            },
-            GuardFile {
-                conf_dir: None,
-                ..base.clone()
-            },
-        ];
-        for spec in bad {
-            assert_eq!(spec.validate().unwrap_err().code, 2, "{spec:?}");
+    fn every_schema_key_has_one_flag_and_every_flag_a_key() {
+        let flag_keys: Vec<&str> = KEY_FLAGS.iter().map(|(_, key, _)| *key).collect();
+        let unique: BTreeSet<&str> = flag_keys.iter().copied().collect();
+        assert_eq!(unique.len(), flag_keys.len(), "a key with two flags");
+        let written: BTreeSet<&str> = crate::config::schema_keys()
+            .iter()
+            .copied()
+            .filter(|k| !INJECTED_KEYS.contains(k) && *k != "type")
+            .collect();
+        assert_eq!(unique, written);
+        for (flag, key, takes) in &KEY_FLAGS {
+            if let Takes::Seconds(bounds) = takes {
+                assert_eq!(bounds.key, *key, "{flag}");
+            }
+            assert!(
+                SPEC_FLAGS_HELP.contains(&format!("  {flag} ")),
+                "{flag} in help"
+            );
         }
+    }
+
+    #[test]
+    fn every_flag_reaches_the_rendered_conflist() {
+        let args: Vec<String> = KEY_FLAGS
+            .iter()
+            .map(|(flag, _, takes)| match takes {
+                Takes::Text if *flag == "--cni-version" => format!("{flag}=1.1.0"),
+                Takes::Text => format!("{flag}=n"),
+                Takes::Path | Takes::ListedPath => format!("{flag}=/p"),
+                Takes::Seconds(_) => format!("{flag}=9"),
+                Takes::Switch => flag.to_string(),
+                Takes::Capability => format!("{flag}=c"),
+            })
+            .chain(std::iter::once("--conf-dir=/c".to_string()))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let spec = file(&args).unwrap();
+        spec.validate().unwrap();
+        let v: Value = serde_json::from_slice(&spec.render()).unwrap();
+        for (flag, key, _) in &KEY_FLAGS {
+            let value = v.get(key).or_else(|| v["plugins"][0].get(key));
+            let given = match value {
+                Some(Value::String(s)) => ["n", "/p", "1.1.0"].contains(&s.as_str()),
+                Some(Value::Array(items)) => items == &[Value::from("/p")],
+                Some(Value::Number(n)) => n.as_u64() == Some(9),
+                Some(Value::Bool(b)) => *b,
+                Some(Value::Object(names)) => names.contains_key("c"),
+                _ => false,
+            };
+            assert!(given, "{flag} -> {key}: {v}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_the_plugin_would_refuse_with_code_2() {
+        with(&[]).unwrap().validate().unwrap();
+        let bad: [(&[&str], &str); 12] = [
+            (
+                &["--delegate=d.conf"],
+                "--delegate: delegate \"d.conf\" is not an absolute path",
+            ),
+            (
+                &["--attachment=x"],
+                "--attachment: attachments[0] \"x\" is not an absolute path",
+            ),
+            (
+                &["--cache-dir=var/lib"],
+                "--cache-dir: cacheDir \"var/lib\"",
+            ),
+            (&["--conf-name=00-guard.conf"], "--conf-name"),
+            (
+                &["--cni-version=2.0.0"],
+                "--cni-version: unsupported cniVersion \"2.0.0\" (supported are 0.3.0,",
+            ),
+            (
+                &["--network-name=a b"],
+                "--network-name: network name \"a b\" must start",
+            ),
+            (
+                &["--wait-seconds=601"],
+                "--wait-seconds: \"601\" is not a whole number from 0 to 600",
+            ),
+            (&["--wait-seconds=1.5"], "--wait-seconds"),
+            (
+                &["--delegate-timeout-seconds=0"],
+                "--delegate-timeout-seconds: \"0\" is not a whole number from 1 to 600",
+            ),
+            (
+                &["--lock-wait-seconds=-1"],
+                "--lock-wait-seconds: \"-1\" is not a whole number from 0 to 600",
+            ),
+            (&["--capability="], "--capability \"\": empty name"),
+            (&["--delegate=/a\n"], "contains control characters"),
+        ];
+        for (extra, want) in bad {
+            let err = match with(extra) {
+                Ok(spec) => spec.validate().map(|_| ()).unwrap_err(),
+                Err(e) => e,
+            };
+            assert_eq!(err.code, 2, "{extra:?}");
+            assert!(err.message.contains(want), "{extra:?}: {}", err.message);
+        }
+        let no_conf_dir = file(&["--delegate=/d.conf"]).unwrap();
+        assert!(no_conf_dir
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("--conf-dir is required"));
+        let no_delegate = file(&["--conf-dir=/c"]).unwrap();
+        assert!(no_delegate
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("--delegate is required"));
     }
 }

@@ -1,0 +1,179 @@
+//! The rules for the names that become file names or reach the kernel: container IDs, interface
+//! names and network names. Said once here; `request` applies them to `CNI_CONTAINERID` and
+//! `CNI_IFNAME`, `config` to the network's `name`.
+//!
+//! Each rule returns `Err` with a reason that reads after its subject ("CNI_IFNAME " + reason,
+//! "network name " + reason) and quotes the offending value, cut to 64 characters.
+
+use std::fmt;
+
+/// Container IDs become file names in the record store.
+pub const MAX_CONTAINER_ID: usize = 200;
+/// Linux's IFNAMSIZ less the terminating NUL.
+pub const MAX_IFNAME: usize = 15;
+/// Network names become folder names in the record store (and in libcni's cache).
+pub const MAX_NETWORK_NAME: usize = 200;
+
+/// Why a name breaks its rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadName(String);
+
+impl fmt::Display for BadName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadName {}
+
+/// The spec's rule for `CNI_CONTAINERID`: starts with a letter or digit, then letters, digits,
+/// `_`, `.` or `-`; at most [`MAX_CONTAINER_ID`] characters.
+pub fn container_id(id: &str) -> Result<(), BadName> {
+    if !plain(id) {
+        return Err(BadName(format!(
+            "{:?} must start with a letter or digit and contain only letters, digits, '_', '.', '-'",
+            truncate(id, 64)
+        )));
+    }
+    if id.len() > MAX_CONTAINER_ID {
+        return Err(BadName(format!(
+            "is longer than {MAX_CONTAINER_ID} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The spec's interface-name rule (Linux's): 1 to [`MAX_IFNAME`] bytes, not `.` or `..`, no `/`,
+/// `:` or whitespace.
+pub fn ifname(name: &str) -> Result<(), BadName> {
+    if name.is_empty() {
+        return Err(BadName("is empty".to_owned()));
+    }
+    if name.len() > MAX_IFNAME {
+        return Err(BadName(format!(
+            "{:?} is longer than {MAX_IFNAME} bytes",
+            truncate(name, 64)
+        )));
+    }
+    if name == "." || name == ".." {
+        return Err(BadName(format!("{name:?} is not a valid interface name")));
+    }
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err(BadName(format!("{name:?} contains '/', ':' or whitespace")));
+    }
+    Ok(())
+}
+
+/// libcni's rule for network names (the container ID's characters), at most
+/// [`MAX_NETWORK_NAME`] characters.
+pub fn network_name(name: &str) -> Result<(), BadName> {
+    if plain(name) && name.len() <= MAX_NETWORK_NAME {
+        Ok(())
+    } else {
+        Err(BadName(format!(
+            "{name:?} must start with a letter or digit, contain only letters, digits, '_', '.', '-', and be at most {MAX_NETWORK_NAME} characters"
+        )))
+    }
+}
+
+/// Starts with an ASCII letter or digit; then only those, `_`, `.` and `-`. Such a name is never
+/// empty, `.` or `..`, and holds no `/`, `:`, whitespace or control character.
+fn plain(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_ids() {
+        for ok in ["a", "0", "abc-1.2_3", &"a".repeat(MAX_CONTAINER_ID)] {
+            assert_eq!(container_id(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            "", "../x", "a/b", "-a", ".a", "_a", "a\nb", "a b", "a:b", "é", "a\0",
+        ] {
+            let why = container_id(bad).unwrap_err().to_string();
+            assert!(
+                why.contains("must start with a letter or digit"),
+                "{bad:?}: {why}"
+            );
+        }
+        assert_eq!(
+            container_id(&"a".repeat(MAX_CONTAINER_ID + 1))
+                .unwrap_err()
+                .to_string(),
+            "is longer than 200 characters"
+        );
+        // A long bad value is quoted cut, never whole.
+        let why = container_id(&format!("/{}", "x".repeat(5000))).unwrap_err();
+        assert!(why.to_string().len() < 200, "{why}");
+    }
+
+    #[test]
+    fn ifnames() {
+        for ok in [
+            "eth0",
+            "net1",
+            "a",
+            "veth-1.2_3",
+            "é",
+            &"a".repeat(MAX_IFNAME),
+        ] {
+            assert_eq!(ifname(ok), Ok(()), "{ok:?}");
+        }
+        let cases = [
+            ("", "is empty"),
+            (".", "not a valid interface name"),
+            ("..", "not a valid interface name"),
+            ("a/b", "contains '/', ':' or whitespace"),
+            ("a:b", "contains '/', ':' or whitespace"),
+            ("a b", "contains '/', ':' or whitespace"),
+            ("eth\t0", "contains '/', ':' or whitespace"),
+            ("0123456789abcdef", "is longer than 15 bytes"),
+            ("ééééééééé", "is longer than 15 bytes"),
+        ];
+        for (bad, want) in cases {
+            let why = ifname(bad).unwrap_err().to_string();
+            assert!(why.contains(want), "{bad:?}: {why}");
+        }
+    }
+
+    #[test]
+    fn network_names() {
+        for ok in [
+            "guarded-pod-network",
+            "a",
+            "0.x_y-z",
+            &"n".repeat(MAX_NETWORK_NAME),
+        ] {
+            assert_eq!(network_name(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "../etc",
+            "a/b",
+            "a b",
+            ".hidden",
+            "-x",
+            "a:b",
+            &"n".repeat(MAX_NETWORK_NAME + 1),
+        ] {
+            let why = network_name(bad).unwrap_err().to_string();
+            assert!(why.starts_with(&format!("{bad:?} must start")), "{why}");
+        }
+    }
+}

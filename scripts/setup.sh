@@ -245,11 +245,15 @@ go_component "reference plugins $CNI_PLUGINS_VERSION" "$(dirname "$CNI_PLUGINS_B
   || { say "$CONTAINERD2_BIN/containerd does not report $CONTAINERD2_VERSION" >&2; exit 1; }
 "$CRICTL_BIN/crictl" --version | grep -qF "$CRICTL_VERSION" \
   || { say "$CRICTL_BIN/crictl does not report $CRICTL_VERSION" >&2; exit 1; }
+usage=$("$CNITOOL_GO_BIN/cnitool" 2>&1 </dev/null || true)
+grep -qE '^  add +Add network interface' <<<"$usage" \
+  || { say "$CNITOOL_GO_BIN/cnitool does not print its usage: $usage" >&2; exit 1; }
 # Without CNI_COMMAND a reference plugin prints "CNI bridge plugin vX.Y.Z" (its build version).
 about=$("$CNI_PLUGINS_BIN/bridge" </dev/null 2>&1 || true)
 grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
   || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
 echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
   || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
+say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $about"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"

@@ -257,7 +257,7 @@ func (e *env) side(dir, name string, list *libcni.NetworkConfigList, rt *libcni.
 	logPath := filepath.Join(dir, name+".log")
 	check(os.Setenv("FAKE_CNI_LOG", logPath))
 	var stderr bytes.Buffer
-	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: &stderr}, PluginDecoder: version.PluginDecoder{}}
+	exec := &recordingExec{Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: &stderr}, PluginDecoder: version.PluginDecoder{}}}
 	cni := libcni.NewCNIConfigWithCacheDir([]string{e.bin}, filepath.Join(dir, name+"-cache"), exec)
 	ctx := context.Background()
 	var r run
@@ -271,6 +271,16 @@ func (e *env) side(dir, name string, list *libcni.NetworkConfigList, rt *libcni.
 			res, err = cni.AddNetworkList(ctx, list, rt)
 			if err == nil {
 				o.Result, err = resultAs(res, gv)
+			}
+			if err == nil && name == "b" {
+				// The guard's reply as it printed it, not only as libcni decoded it: a field
+				// libcni's types would drop must not hide there.
+				var printed any
+				if jerr := json.Unmarshal(exec.lastStdout, &printed); jerr != nil {
+					err = fmt.Errorf("the guard's ADD output is not JSON: %v: %q", jerr, exec.lastStdout)
+				} else {
+					o.Result = printed
+				}
 			}
 		case "CHECK":
 			err = cni.CheckNetworkList(ctx, list, rt)
@@ -295,6 +305,18 @@ func (e *env) side(dir, name string, list *libcni.NetworkConfigList, rt *libcni.
 	}
 	r.Stderr = stderr.String()
 	return r
+}
+
+// recordingExec is libcni's own exec, keeping the last plugin's stdout.
+type recordingExec struct {
+	invoke.Exec
+	lastStdout []byte
+}
+
+func (r *recordingExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
+	out, err := r.Exec.ExecPlugin(ctx, pluginPath, stdin, environ)
+	r.lastStdout = out
+	return out, err
 }
 
 // drainLog returns the guard's log lines sent since the last call.

@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -61,6 +62,10 @@ type env struct {
 }
 
 func main() {
+	os.Exit(oracle())
+}
+
+func oracle() int {
 	fake := flag.String("fake", os.Getenv("FAKE_CNI_BIN"), "the fake plugin binary (cmd/fake)")
 	only := flag.String("run", "", "only the cases whose name contains this")
 	verbose := flag.Bool("v", false, "print every case's calls")
@@ -69,11 +74,13 @@ func main() {
 	guard := os.Getenv("CNI_GUARD_BIN")
 	if guard == "" || *fake == "" {
 		fmt.Fprintln(os.Stderr, "libcni-oracle: set CNI_GUARD_BIN and -fake (or FAKE_CNI_BIN)")
-		os.Exit(2)
+		return 2
 	}
 	work, err := os.MkdirTemp("", "libcni-oracle-")
 	check(err)
-	if !*keep {
+	if *keep {
+		fmt.Println("libcni-oracle: work folder", work)
+	} else {
 		defer os.RemoveAll(work)
 	}
 	e := &env{work: work, bin: filepath.Join(work, "bin"), verbose: *verbose}
@@ -92,7 +99,7 @@ func main() {
 	check(os.Setenv("CNI_GUARD_SYSLOG", sock))
 
 	var identical, onPurpose, failed int
-	var purposeful []string
+	purposeful := map[string][]string{}
 	n := 0
 	for i, c := range cases() {
 		if *only != "" && !strings.Contains(c.Name, *only) {
@@ -113,20 +120,26 @@ func main() {
 		default:
 			onPurpose++
 			fmt.Printf("ok   %s (differs on purpose: %s)\n", c.Name, c.Expect)
-			purposeful = append(purposeful, fmt.Sprintf("  %s: %s: %s", c.Name, c.Expect, expectations[c.Expect]))
+			purposeful[c.Expect] = append(purposeful[c.Expect], c.Name)
 		}
 	}
-	fmt.Println("purposeful differences (the guard differs from libcni here by design):")
-	for _, p := range purposeful {
-		fmt.Println(p)
+	fmt.Println("purposeful differences (each checked to be exactly this):")
+	kinds := make([]string, 0, len(purposeful))
+	for k := range purposeful {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Printf("  %s: %s\n    cases: %s\n", k, expectations[k], strings.Join(purposeful[k], ", "))
 	}
 	if failed > 0 {
-		fmt.Printf("libcni-oracle: %d case(s) with an unexpected difference\n", failed)
+		fmt.Printf("libcni-oracle: %d case(s) with an unexpected difference (FAIL above)\n", failed)
 	}
 	fmt.Printf("libcni-equivalence cases=%d identical=%d differ-on-purpose=%d\n", n, identical, onPurpose)
 	if failed > 0 || n == 0 {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // runCase runs both sides and returns the unexpected differences.

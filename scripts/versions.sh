@@ -13,6 +13,14 @@
 #     version under $CNI_GUARD_GO_CACHE, outside the clone. containerd 2.x runs Debian's runc
 #     (runc needs cgo; it is not rebuilt here).
 # Every version below was checked to exist with `go list -m -versions MODULE`.
+#
+# Cold build cost on this project's 2-core machine (go1.26.8, CGO_ENABLED=0, shared with other
+# builds, so +-50%): each component alone from empty module and build caches, downloads included:
+#   containerd + shim + ctr 173 s (bin 107M) | crictl 83 s (39M) | cnitool 41 s (6.9M) |
+#   8 reference plugins 57 s (50M).
+# In setup.sh's order with the caches shared, from empty: 67 s + 30 s + 1.6 s + 5.6 s, 1m44s in
+# all. A second run builds nothing ("present", 0.4 s). $CNI_GUARD_GO_CACHE then holds about
+# 1.8G: module cache 0.8G, build cache 0.8G, binaries 0.2G.
 
 # --- current generation (Go module proxy) -------------------------------------------------------
 CONTAINERD2_MODULE=github.com/containerd/containerd/v2

@@ -254,6 +254,6 @@ grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
   || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
 echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
   || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
-say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $about"
+say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"

@@ -8,8 +8,15 @@
 #      there), offline: GOPATH mode against /usr/share/gocode, GOPROXY=off. The deb-src entry is
 #      derived from this machine's own apt sources into a private sources dir with private lists,
 #      so /etc/apt and /var/lib/apt/lists are left untouched. The binary goes to $CNITOOL.
+#   3. builds the current releases pinned in scripts/versions.sh (containerd 2.x, crictl, cnitool,
+#      the reference plugins) with `CGO_ENABLED=0 go install MODULE/cmd/X@VERSION` from the Go
+#      module proxy, each into its own folder under $CNI_GUARD_GO_CACHE (/var/cache/cni-guard/go,
+#      outside the clone; the module and build caches are there too). A component whose binaries
+#      are all there is not rebuilt ("present"). Debian's generation (steps 1-2) stays as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/versions.sh
+. scripts/versions.sh
 
 PACKAGES=(
   containernetworking-plugins # reference plugins in /usr/lib/cni
@@ -41,6 +48,10 @@ if [ "$(id -u)" != 0 ]; then
   missing=$(missing_packages | tr '\n' ' ')
   [ -n "$missing" ] && say "not root: NOT installing missing packages: $missing"
   [ -x "$CNITOOL" ] || command -v cnitool >/dev/null || say "not root: cnitool is not installed"
+  for b in "$CONTAINERD2_BIN/containerd" "$CRICTL_BIN/crictl" "$CNITOOL_GO_BIN/cnitool" \
+           "$CNI_PLUGINS_BIN/bridge"; do
+    [ -x "$b" ] || say "not root: $b is not built"
+  done
   say "not root: root-only suites will skip"
   exit 0
 fi
@@ -68,101 +79,181 @@ else
 fi
 
 # --- 2. cnitool from the source package, offline -----------------------------------------------
+scratch=
+trap 'if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
+
+debian_cnitool() {
+  scratch=$(mktemp -d /tmp/cni-guard-setup.XXXXXX)
+  mkdir -p "$scratch/sources.list.d" "$scratch/lists/partial" "$scratch/cache/archives/partial" \
+    "$scratch/src"
+  : >"$scratch/sources.list"
+  # apt downloads as the unprivileged _apt user when it can write the target dirs.
+  chmod 0755 "$scratch"
+  if id _apt >/dev/null 2>&1; then
+    chown -R _apt "$scratch/lists" "$scratch/cache" "$scratch/src"
+  fi
+
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  [ -n "$codename" ] || { say "cannot tell the release codename from /etc/os-release" >&2; exit 1; }
+
+  # Derive one deb-src entry per archive that serves the release's main suite, from the machine's
+  # own configured sources (only *.list and *.sources are active, as apt itself reads them).
+  derive_deb_src() {
+    local f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+      [ -f "$f" ] || continue
+      # one-line format: deb [opts] URI SUITE COMPONENTS...
+      awk -v suite="$codename" '
+        $1 == "deb" {
+          i = 2
+          opts = ""
+          if ($2 ~ /^\[/) { while ($i !~ /\]$/) { opts = opts " " $i; i++ } opts = opts " " $i; i++ }
+          if ($(i + 1) != suite) next
+          line = "deb-src" opts " " $i " " suite
+          for (j = i + 2; j <= NF; j++) line = line " " $j
+          print line
+        }' "$f" >>"$scratch/sources.list"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+      [ -f "$f" ] || continue
+      # deb822 format: keep stanzas that list the release suite, as deb-src for that suite only.
+      awk -v suite="$codename" '
+        function flush() {
+          if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " suite " ") && uris != "" && enabled != "no") {
+            print "Types: deb-src"
+            print "URIs: " uris
+            print "Suites: " suite
+            print "Components: " comps
+            if (signed != "") print "Signed-By: " signed
+            print ""
+          }
+          types = uris = suites = comps = signed = enabled = ""
+        }
+        /^[ \t]*#/ { next }
+        /^[ \t]*$/ { flush(); next }
+        {
+          key = tolower($1); sub(/:$/, "", key)
+          val = $0; sub(/^[^:]*:[ \t]*/, "", val)
+          if (key == "types") types = val
+          else if (key == "uris") uris = val
+          else if (key == "suites") suites = val
+          else if (key == "components") comps = val
+          else if (key == "signed-by") signed = val
+          else if (key == "enabled") enabled = tolower(val)
+        }
+        END { flush() }' "$f" >>"$scratch/sources.list.d/deb-src.sources"
+    done
+  }
+  derive_deb_src
+  if [ ! -s "$scratch/sources.list" ] && [ ! -s "$scratch/sources.list.d/deb-src.sources" ]; then
+    say "no apt source for suite $codename found to derive a deb-src entry from" >&2
+    exit 1
+  fi
+
+  private_apt=("${apt_opts[@]}"
+    -o Dir::Etc::SourceList="$scratch/sources.list"
+    -o Dir::Etc::SourceParts="$scratch/sources.list.d"
+    -o Dir::State::Lists="$scratch/lists"
+    -o Dir::Cache="$scratch/cache"
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+  say "fetching the $SRC_PACKAGE source package (private apt lists in $scratch)"
+  apt-get "${private_apt[@]}" update -q
+  (cd "$scratch/src" && apt-get "${private_apt[@]}" source -q "$SRC_PACKAGE")
+
+  srcdir=$(find "$scratch/src" -mindepth 1 -maxdepth 1 -type d -name "$SRC_PACKAGE-*" | head -n1)
+  [ -d "$srcdir/cnitool" ] || { say "no cnitool/ in the source package" >&2; exit 1; }
+
+  # GOPATH mode: put the source tree at its import path; dependencies come from /usr/share/gocode.
+  gopath="$scratch/gopath"
+  mkdir -p "$gopath/src/github.com/containernetworking"
+  mv "$srcdir" "$gopath/src/github.com/containernetworking/cni"
+  say "building cnitool offline"
+  (
+    cd "$gopath/src/github.com/containernetworking/cni/cnitool"
+    GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOPROXY=off GOFLAGS= CGO_ENABLED=0 \
+      GOCACHE="$scratch/gocache" go build -o "$scratch/cnitool" .
+  )
+  install -D -m 0755 "$scratch/cnitool" "$CNITOOL"
+  say "installed $CNITOOL"
+}
+
 if [ -x "$CNITOOL" ]; then
   say "cnitool present at $CNITOOL"
-  exit 0
+else
+  debian_cnitool
 fi
 
-scratch=$(mktemp -d /tmp/cni-guard-setup.XXXXXX)
-trap 'rm -rf "$scratch"' EXIT
-mkdir -p "$scratch/sources.list.d" "$scratch/lists/partial" "$scratch/cache/archives/partial" \
-  "$scratch/src"
-: >"$scratch/sources.list"
-# apt downloads as the unprivileged _apt user when it can write the target dirs.
-chmod 0755 "$scratch"
-if id _apt >/dev/null 2>&1; then
-  chown -R _apt "$scratch/lists" "$scratch/cache" "$scratch/src"
-fi
+# --- 3. current releases from the Go module proxy (pinned in scripts/versions.sh) --------------
+GO=$(cni_guard_go)
+mkdir -p "$GO_MODCACHE_DIR" "$GO_BUILDCACHE_DIR"
 
-codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-[ -n "$codename" ] || { say "cannot tell the release codename from /etc/os-release" >&2; exit 1; }
-
-# Derive one deb-src entry per archive that serves the release's main suite, from the machine's
-# own configured sources (only *.list and *.sources are active, as apt itself reads them).
-derive_deb_src() {
-  local f
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    # one-line format: deb [opts] URI SUITE COMPONENTS...
-    awk -v suite="$codename" '
-      $1 == "deb" {
-        i = 2
-        opts = ""
-        if ($2 ~ /^\[/) { while ($i !~ /\]$/) { opts = opts " " $i; i++ } opts = opts " " $i; i++ }
-        if ($(i + 1) != suite) next
-        line = "deb-src" opts " " $i " " suite
-        for (j = i + 2; j <= NF; j++) line = line " " $j
-        print line
-      }' "$f" >>"$scratch/sources.list"
+# go_component NAME DIR LDFLAGS BINARY... -- PACKAGE@VERSION...
+# Builds into DIR.partial and renames it to DIR once every BINARY is there, so an interrupted
+# build never passes for a finished one. Nothing is rebuilt when DIR/bin has every BINARY.
+go_component() {
+  local name=$1 dir=$2 ldflags=$3
+  shift 3
+  local bins=() b missing=() start elapsed
+  while [ "$1" != -- ]; do bins+=("$1"); shift; done
+  shift
+  for b in "${bins[@]}"; do [ -x "$dir/bin/$b" ] || missing+=("$b"); done
+  if [ "${#missing[@]}" = 0 ]; then
+    say "$name present in $dir/bin"
+    return
+  fi
+  say "building $name (${missing[*]} missing in $dir/bin)"
+  rm -rf "$dir.partial"
+  mkdir -p "$dir.partial/bin"
+  start=$(date +%s%N)
+  # -modcacherw: the module cache stays removable with rm -rf. GOTOOLCHAIN=local: never fetch
+  # another toolchain. GOPROXY and GOSUMDB are the environment's (Go's defaults).
+  env CGO_ENABLED=0 GOTOOLCHAIN=local GOBIN="$dir.partial/bin" GOMODCACHE="$GO_MODCACHE_DIR" \
+    GOCACHE="$GO_BUILDCACHE_DIR" GOFLAGS="-modcacherw -trimpath" \
+    "$GO" install -ldflags="$ldflags" "$@"
+  elapsed=$(( ($(date +%s%N) - start) / 1000000 ))
+  for b in "${bins[@]}"; do
+    [ -x "$dir.partial/bin/$b" ] || { say "$name: go install did not produce $b" >&2; exit 1; }
   done
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    # deb822 format: keep stanzas that list the release suite, as deb-src for that suite only.
-    awk -v suite="$codename" '
-      function flush() {
-        if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " suite " ") && uris != "" && enabled != "no") {
-          print "Types: deb-src"
-          print "URIs: " uris
-          print "Suites: " suite
-          print "Components: " comps
-          if (signed != "") print "Signed-By: " signed
-          print ""
-        }
-        types = uris = suites = comps = signed = enabled = ""
-      }
-      /^[ \t]*#/ { next }
-      /^[ \t]*$/ { flush(); next }
-      {
-        key = tolower($1); sub(/:$/, "", key)
-        val = $0; sub(/^[^:]*:[ \t]*/, "", val)
-        if (key == "types") types = val
-        else if (key == "uris") uris = val
-        else if (key == "suites") suites = val
-        else if (key == "components") comps = val
-        else if (key == "signed-by") signed = val
-        else if (key == "enabled") enabled = tolower(val)
-      }
-      END { flush() }' "$f" >>"$scratch/sources.list.d/deb-src.sources"
-  done
+  rm -rf "$dir"
+  mv "$dir.partial" "$dir"
+  say "built $name in $((elapsed / 1000)).$(printf '%03d' $((elapsed % 1000)))s ($("$GO" env GOVERSION), CGO_ENABLED=0) into $dir/bin"
 }
-derive_deb_src
-if [ ! -s "$scratch/sources.list" ] && [ ! -s "$scratch/sources.list.d/deb-src.sources" ]; then
-  say "no apt source for suite $codename found to derive a deb-src entry from" >&2
-  exit 1
-fi
 
-private_apt=("${apt_opts[@]}"
-  -o Dir::Etc::SourceList="$scratch/sources.list"
-  -o Dir::Etc::SourceParts="$scratch/sources.list.d"
-  -o Dir::State::Lists="$scratch/lists"
-  -o Dir::Cache="$scratch/cache"
-  -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
-say "fetching the $SRC_PACKAGE source package (private apt lists in $scratch)"
-apt-get "${private_apt[@]}" update -q
-(cd "$scratch/src" && apt-get "${private_apt[@]}" source -q "$SRC_PACKAGE")
+say "Go components: $GO ($("$GO" env GOVERSION)), cache $CNI_GUARD_GO_CACHE"
+go_component "containerd $CONTAINERD2_VERSION" "$(dirname "$CONTAINERD2_BIN")" \
+  "-X $CONTAINERD2_MODULE/version.Version=$CONTAINERD2_VERSION" \
+  containerd containerd-shim-runc-v2 ctr -- \
+  "$CONTAINERD2_MODULE/cmd/containerd@$CONTAINERD2_VERSION" \
+  "$CONTAINERD2_MODULE/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION" \
+  "$CONTAINERD2_MODULE/cmd/ctr@$CONTAINERD2_VERSION"
+go_component "crictl $CRICTL_VERSION" "$(dirname "$CRICTL_BIN")" \
+  "-X $CRICTL_MODULE/pkg/version.Version=$CRICTL_VERSION" \
+  crictl -- "$CRICTL_MODULE/cmd/crictl@$CRICTL_VERSION"
+go_component "cnitool $CNI_VERSION" "$(dirname "$CNITOOL_GO_BIN")" "" \
+  cnitool -- "$CNI_MODULE/cnitool@$CNI_VERSION"
+plugin_names=() plugin_pkgs=()
+for p in "${CNI_PLUGINS_BUILT[@]}"; do
+  plugin_names+=("${p##*/}")
+  plugin_pkgs+=("$CNI_PLUGINS_MODULE/plugins/$p@$CNI_PLUGINS_VERSION")
+done
+go_component "reference plugins $CNI_PLUGINS_VERSION" "$(dirname "$CNI_PLUGINS_BIN")" \
+  "-X $CNI_PLUGINS_MODULE/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
+  "${plugin_names[@]}" -- "${plugin_pkgs[@]}"
 
-srcdir=$(find "$scratch/src" -mindepth 1 -maxdepth 1 -type d -name "$SRC_PACKAGE-*" | head -n1)
-[ -d "$srcdir/cnitool" ] || { say "no cnitool/ in the source package" >&2; exit 1; }
-
-# GOPATH mode: put the source tree at its import path; dependencies come from /usr/share/gocode.
-gopath="$scratch/gopath"
-mkdir -p "$gopath/src/github.com/containernetworking"
-mv "$srcdir" "$gopath/src/github.com/containernetworking/cni"
-say "building cnitool offline"
-(
-  cd "$gopath/src/github.com/containernetworking/cni/cnitool"
-  GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOPROXY=off GOFLAGS= CGO_ENABLED=0 \
-    GOCACHE="$scratch/gocache" go build -o "$scratch/cnitool" .
-)
-install -D -m 0755 "$scratch/cnitool" "$CNITOOL"
-say "installed $CNITOOL"
+# What was built answers for its version (a wrong pin or a broken build fails here).
+"$CONTAINERD2_BIN/containerd" --version | grep -qF " $CONTAINERD2_VERSION" \
+  || { say "$CONTAINERD2_BIN/containerd does not report $CONTAINERD2_VERSION" >&2; exit 1; }
+"$CRICTL_BIN/crictl" --version | grep -qF "$CRICTL_VERSION" \
+  || { say "$CRICTL_BIN/crictl does not report $CRICTL_VERSION" >&2; exit 1; }
+usage=$("$CNITOOL_GO_BIN/cnitool" 2>&1 </dev/null || true)
+grep -qE '^  add +Add network interface' <<<"$usage" \
+  || { say "$CNITOOL_GO_BIN/cnitool does not print its usage: $usage" >&2; exit 1; }
+# Without CNI_COMMAND a reference plugin prints "CNI bridge plugin vX.Y.Z" (its build version).
+about=$("$CNI_PLUGINS_BIN/bridge" </dev/null 2>&1 || true)
+grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
+  || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
+echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
+  || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
+say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
+say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
+say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"

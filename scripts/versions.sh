@@ -1,0 +1,78 @@
+# shellcheck shell=bash
+# Pinned versions of the components the suites run, and where their binaries are.
+# Sourced (never run) by scripts/setup.sh, which builds the Go components, and by the suites:
+#
+#   . scripts/versions.sh
+#   "$CONTAINERD2_BIN/containerd" --version
+#
+# Two generations stay side by side:
+#   - Debian bookworm's packages (apt, scripts/setup.sh step 1): containerd 1.6.20, runc 1.1.5,
+#     the reference plugins 1.1.1 in /usr/lib/cni, and cnitool built from Debian's source package;
+#   - current releases, built by scripts/setup.sh step 3 with `go install MODULE/cmd/X@VERSION`
+#     (CGO_ENABLED=0) from the Go module proxy, each into its own folder keyed by component and
+#     version under $CNI_GUARD_GO_CACHE, outside the clone. containerd 2.x runs Debian's runc
+#     (runc needs cgo; it is not rebuilt here).
+# Every version below was checked to exist with `go list -m -versions MODULE`.
+#
+# Cold build cost on this project's 2-core machine (go1.26.8, CGO_ENABLED=0, shared with other
+# builds, so +-50%): each component alone from empty module and build caches, downloads included:
+#   containerd + shim + ctr 173 s (bin 107M) | crictl 83 s (39M) | cnitool 41 s (6.9M) |
+#   8 reference plugins 57 s (50M).
+# In setup.sh's order with the caches shared, from empty: 67 s + 30 s + 1.6 s + 5.6 s, 1m44s in
+# all. A second run builds nothing ("present", 0.4 s). $CNI_GUARD_GO_CACHE then holds about
+# 1.8G: module cache 0.8G, build cache 0.8G, binaries 0.2G.
+
+# --- current generation (Go module proxy) -------------------------------------------------------
+CONTAINERD2_MODULE=github.com/containerd/containerd/v2
+CONTAINERD2_VERSION=v2.4.2
+CRICTL_MODULE=sigs.k8s.io/cri-tools
+CRICTL_VERSION=v1.37.0
+CNI_MODULE=github.com/containernetworking/cni # cnitool and libcni (the oracle's go.mod pins the same)
+CNI_VERSION=v1.3.1                            # the newest v1.3.x
+CNI_PLUGINS_MODULE=github.com/containernetworking/plugins
+CNI_PLUGINS_VERSION=v1.10.0
+# The reference plugins built from CNI_PLUGINS_MODULE (package paths under plugins/).
+CNI_PLUGINS_BUILT=(main/bridge main/ptp main/macvlan main/loopback main/ipvlan ipam/host-local
+  meta/portmap meta/tuning)
+# The Go release these modules need at least (the newest `go` line among their go.mod files).
+GO_MIN_VERSION=1.26.8
+
+# Where they are built. Root's cache is system-wide; anyone else who cannot write there gets a
+# private one (only scripts/test.d/25-libcni.sh, which needs no root, builds as non-root).
+if [ -z "${CNI_GUARD_GO_CACHE:-}" ]; then
+  if [ "$(id -u)" = 0 ] || [ -w /var/cache/cni-guard/go ]; then
+    CNI_GUARD_GO_CACHE=/var/cache/cni-guard/go
+  else
+    CNI_GUARD_GO_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/cni-guard/go
+  fi
+fi
+GO_MODCACHE_DIR=$CNI_GUARD_GO_CACHE/mod   # GOMODCACHE for every build here
+GO_BUILDCACHE_DIR=$CNI_GUARD_GO_CACHE/build # GOCACHE for every build here
+
+CONTAINERD2_BIN=$CNI_GUARD_GO_CACHE/containerd-$CONTAINERD2_VERSION/bin # containerd, containerd-shim-runc-v2, ctr
+CRICTL_BIN=$CNI_GUARD_GO_CACHE/crictl-$CRICTL_VERSION/bin                # crictl
+CNITOOL_GO_BIN=$CNI_GUARD_GO_CACHE/cnitool-$CNI_VERSION/bin              # cnitool
+CNI_PLUGINS_BIN=$CNI_GUARD_GO_CACHE/plugins-$CNI_PLUGINS_VERSION/bin     # bridge, ptp, ... (a CNI_PATH)
+
+# --- Debian generation (apt) --------------------------------------------------------------------
+DEBIAN_CONTAINERD=/usr/bin/containerd # 1.6.20 on bookworm
+DEBIAN_RUNC=/usr/sbin/runc            # 1.1.5 on bookworm; also the runtime of containerd 2.x here
+DEBIAN_CNI_PLUGINS_BIN=/usr/lib/cni   # 1.1.1 on bookworm
+DEBIAN_CNITOOL=${CNITOOL:-/usr/local/bin/cnitool} # built by setup.sh from Debian's source package
+
+# A `go` of at least GO_MIN_VERSION: /usr/local/go's first (Debian's golang-go, 1.19 on
+# bookworm, may come first in PATH), else the one in PATH. Prints its path, or fails.
+cni_guard_go() {
+  local g v
+  for g in /usr/local/go/bin/go "$(command -v go 2>/dev/null || true)"; do
+    [ -n "$g" ] && [ -x "$g" ] || continue
+    v=$("$g" env GOVERSION 2>/dev/null) || continue
+    v=${v#go}
+    if [ "$(printf '%s\n%s\n' "$GO_MIN_VERSION" "$v" | sort -V | head -n1)" = "$GO_MIN_VERSION" ]; then
+      echo "$g"
+      return 0
+    fi
+  done
+  echo "no go >= $GO_MIN_VERSION found (looked at /usr/local/go/bin/go and PATH)" >&2
+  return 1
+}

@@ -144,6 +144,8 @@ fn rollback(
     failed: usize,
     prev: Option<&Value>,
 ) -> bool {
+    // As the list's own DEL: no prevResult for versions whose DEL has none.
+    let prev = prev.filter(|_| list.version().has_cached_result());
     let mut clean = true;
     for plugin in list.plugins[..=failed].iter().rev() {
         let ok = find(plugin, cni_path).and_then(|binary| {
@@ -210,7 +212,12 @@ pub fn gc(
                 list,
                 guard,
                 None,
-                &[("cni.dev/valid-attachments", valid)],
+                // libcni sends both names (the second for plugins written against 1.1.0's
+                // first draft).
+                &[
+                    ("cni.dev/valid-attachments", valid),
+                    ("cni.dev/attachments", valid),
+                ],
             );
             invoke::run(&binary, Command::Gc, &conf, guard.delegate_timeout).map(drop)
         });

@@ -131,8 +131,8 @@ impl NetworkConfig {
             name,
             cni_version,
             plugins,
-            disable_check: bool_field(&obj, "disableCheck"),
-            disable_gc: bool_field(&obj, "disableGC"),
+            disable_check: bool_field(&obj, "disableCheck")?,
+            disable_gc: bool_field(&obj, "disableGC")?,
             raw,
             loosely_writable: false,
         })
@@ -202,8 +202,18 @@ fn check_type(plugin: &Map<String, Value>) -> Result<(), Problem> {
     }
 }
 
-fn bool_field(obj: &Map<String, Value>, key: &str) -> bool {
-    obj.get(key).and_then(Value::as_bool).unwrap_or(false)
+/// A conflist's boolean switch as libcni reads it: absent is false; a boolean, or the string
+/// "true" or "false" in any case; anything else makes the list invalid.
+fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, Problem> {
+    match obj.get(key) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(Problem::retry(format!(
+            "has {key} {v}, which is neither true nor false"
+        ))),
+    }
 }
 
 /// Whether any object anywhere in the configuration (Multus's inline `delegates` included) has
@@ -361,6 +371,35 @@ mod tests {
         ] {
             let p = load(name, body).unwrap_err();
             assert!(!p.fatal, "{name} {body}");
+        }
+    }
+
+    #[test]
+    fn switches_are_read_as_libcni_reads_them() {
+        let list = |v: &str| {
+            NetworkConfig::from_bytes(
+                Path::new("/x.conflist"),
+                format!(r#"{{"cniVersion":"1.1.0","name":"n","disableCheck":{v},"disableGC":{v},"plugins":[{{"type":"p"}}]}}"#)
+                    .into_bytes(),
+                "cni-guard",
+            )
+        };
+        for (v, want) in [
+            ("true", true),
+            ("false", false),
+            ("\"TRUE\"", true),
+            ("\"False\"", false),
+        ] {
+            let l = list(v).unwrap();
+            assert_eq!((l.disable_check, l.disable_gc), (want, want), "{v}");
+        }
+        for v in ["\"yes\"", "1", "null"] {
+            let p = list(v).unwrap_err();
+            assert!(
+                p.reason.contains("neither true nor false"),
+                "{v}: {}",
+                p.reason
+            );
         }
     }
 

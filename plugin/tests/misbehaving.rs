@@ -14,7 +14,7 @@
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long what a plugin leaves behind lives.
@@ -111,15 +111,18 @@ impl Fx {
     /// measured is the process's own, not that of whoever else holds a pipe.
     fn start(&self, verb: &str, id: &str, conf: &[u8]) -> (Child, PathBuf) {
         let out = self.path(&format!("out/{verb}-{id}-{}", unique()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cni-guard"))
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("CNI_GUARD_SYSLOG", self.path("no-syslog"))
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", id)
-            .env("CNI_NETNS", "/run/netns/test")
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", self.path("bin"))
+        let no_syslog = self.path("no-syslog");
+        let bin = self.path("bin");
+        let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
+            ("PATH", Some("/usr/bin:/bin".as_ref())),
+            ("CNI_GUARD_SYSLOG", Some(no_syslog.as_os_str())),
+            ("CNI_COMMAND", Some(verb.as_ref())),
+            ("CNI_CONTAINERID", Some(id.as_ref())),
+            ("CNI_NETNS", Some("/run/netns/test".as_ref())),
+            ("CNI_IFNAME", Some("eth0".as_ref())),
+            ("CNI_PATH", Some(bin.as_os_str())),
+        ];
+        let mut child = test_support::command(env!("CARGO_BIN_EXE_cni-guard"), env)
             .stdin(Stdio::piped())
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(Stdio::null())

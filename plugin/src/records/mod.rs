@@ -50,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::{code, Error, Result};
+use crate::names;
 use crate::sys;
 use crate::sys::at;
 use dir::{check_dir, dir_open_error, io_error, DirMeta};
@@ -92,14 +93,10 @@ impl Store {
         lock_wait: Duration,
         create: bool,
     ) -> Result<Option<Store>> {
-        if network.is_empty()
-            || network.starts_with('.')
-            || network.contains('/')
-            || network.contains('\0')
-        {
+        if let Err(why) = names::network_name(network) {
             return Err(Error::new(
                 code::INVALID_CONFIG,
-                format!("network name {network:?} cannot name a record directory"),
+                format!("network name {why}: it cannot name a record directory"),
                 "",
             ));
         }
@@ -471,16 +468,19 @@ fn busy_error(container_id: &str, ifname: &str, busy: &Busy) -> Error {
     )
 }
 
-/// `<containerID>:<ifname>.json`, refusing what could make it another path.
+/// `<containerID>:<ifname>.json`. The name rules ([`names`]) keep `/` and `:` out of both
+/// parts and `.` from the start of the container ID, so it is one unambiguous entry of the
+/// network directory, never a hidden one.
 fn file_name(container_id: &str, ifname: &str) -> Result<String> {
-    let bad = |s: &str| s.is_empty() || s.starts_with('.') || s.contains(['/', ':', '\0']);
-    if bad(container_id) || bad(ifname) {
-        return Err(Error::new(
+    let bad = |what: &str, why: names::BadName| {
+        Error::new(
             code::INVALID_ENV,
-            format!("attachment {container_id:?}/{ifname:?} cannot name a record"),
+            format!("{what} {why}: it cannot name a record"),
             "",
-        ));
-    }
+        )
+    };
+    names::container_id(container_id).map_err(|why| bad("container ID", why))?;
+    names::ifname(ifname).map_err(|why| bad("interface name", why))?;
     Ok(format!("{container_id}:{ifname}.json"))
 }
 

@@ -196,16 +196,18 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
         match invoke::run_until(&binary, Command::Status, &conf, deadline) {
             Ok(_) => {}
             Err(invoke::Failed::Error(e)) => return Err(e),
-            Err(invoke::Failed::TimedOut) => return Err(Error::new(
-                code::NOT_AVAILABLE,
-                format!(
+            Err(invoke::Failed::TimedOut) => {
+                return Err(Error::new(
+                    code::NOT_AVAILABLE,
+                    format!(
                     "cni-guard: delegate {} did not answer STATUS within {}s: plugin {} was killed",
                     list.path.display(),
                     guard.status_timeout.as_secs_f64(),
                     binary.display()
                 ),
-                "statusTimeoutSeconds bounds the delegate's STATUS",
-            )),
+                    "statusTimeoutSeconds bounds the delegate's STATUS",
+                ))
+            }
         }
     }
     Ok(())

@@ -192,22 +192,19 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, None, &[]);
-        match invoke::run_until(&binary, Command::Status, &conf, deadline) {
-            Ok(_) => {}
-            Err(invoke::Failed::Error(e)) => return Err(e),
-            Err(invoke::Failed::TimedOut) => {
-                return Err(Error::new(
-                    Kind::TimedOut,
-                    format!(
+        let timed_out = || {
+            Error::new(
+                Kind::TimedOut,
+                format!(
                     "cni-guard: delegate {} did not answer STATUS within {}s: plugin {} was killed",
                     list.path.display(),
                     guard.status_timeout.as_secs_f64(),
                     binary.display()
                 ),
-                )
-                .with_details("statusTimeoutSeconds bounds the delegate's STATUS"))
-            }
-        }
+            )
+            .with_details("statusTimeoutSeconds bounds the delegate's STATUS")
+        };
+        invoke::run_until(&binary, Command::Status, &conf, deadline, timed_out)?;
     }
     Ok(())
 }

@@ -78,47 +78,39 @@ pub fn run(
     config: &[u8],
     timeout: Duration,
 ) -> Result<Vec<u8>, Error> {
-    run_until(plugin, verb, config, Instant::now() + timeout).map_err(|f| match f {
-        Failed::Error(e) => e,
-        Failed::TimedOut => Error::new(
+    let timed_out = || {
+        Error::new(
             Kind::TimedOut,
             format!(
                 "plugin {} did not finish within {}s and was killed",
                 plugin.display(),
                 timeout.as_secs_f64()
             ),
-        ),
-    })
+        )
+    };
+    run_until(plugin, verb, config, Instant::now() + timeout, timed_out)
 }
 
-/// Why [`run_until`] failed.
-#[derive(Debug)]
-pub enum Failed {
-    /// The plugin's error, or a crash, or output that is not CNI.
-    Error(Error),
-    /// Still running at the deadline: its process group was killed.
-    TimedOut,
-}
-
-/// [`run`] with a deadline instead of a timeout, telling a plugin killed at the deadline from
-/// every other failure.
+/// [`run`] with a deadline instead of a timeout: a plugin still running at `deadline` is killed
+/// and the error is `timed_out()` (of [`Kind::TimedOut`]).
 pub fn run_until(
     plugin: &Path,
     verb: request::Command,
     config: &[u8],
     deadline: Instant,
-) -> Result<Vec<u8>, Failed> {
+    timed_out: impl FnOnce() -> Error,
+) -> Result<Vec<u8>, Error> {
     let stdin = sys::memfd_with(config).map_err(|e| {
-        Failed::Error(Error::new(
+        Error::new(
             Kind::Io,
             format!("cannot prepare stdin for {}: {e}", plugin.display()),
-        ))
+        )
     })?;
     let cannot_run = |e: std::io::Error| {
-        Failed::Error(Error::new(
+        Error::new(
             Kind::Failed,
             format!("cannot run plugin {}: {e}", plugin.display()),
-        ))
+        )
     };
     let mut cmd = Command::new(plugin);
     cmd.env("CNI_COMMAND", verb.as_str())
@@ -138,26 +130,24 @@ pub fn run_until(
     };
     let (status, stdout) = match ended {
         Ended::Exited(status, stdout) => (status, stdout),
-        Ended::TimedOut => return Err(Failed::TimedOut),
+        Ended::TimedOut => return Err(timed_out()),
     };
     if status.success() {
         return Ok(stdout);
     }
     if let Some(err) = as_cni_error(&stdout) {
-        return Err(Failed::Error(err));
+        return Err(err);
     }
     let how = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!("was killed by signal {s}"),
         _ => "failed".to_owned(),
     };
-    Err(Failed::Error(
-        Error::new(
-            Kind::Failed,
-            format!("plugin {} {how} without a CNI error", plugin.display()),
-        )
-        .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)])),
-    ))
+    Err(Error::new(
+        Kind::Failed,
+        format!("plugin {} {how} without a CNI error", plugin.display()),
+    )
+    .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)])))
 }
 
 enum Ended {

@@ -219,6 +219,27 @@ mod tests {
     }
 
     #[test]
+    fn codes_depend_on_the_verb_only_for_not_ready_and_timed_out() {
+        use Command::*;
+        for (kind, other, status) in [
+            (Kind::NotReady, 11, 50),
+            (Kind::Misconfigured, 7, 7),
+            (Kind::BadEnv, 4, 4),
+            (Kind::BadInput, 6, 6),
+            (Kind::Unsupported, 1, 1),
+            (Kind::Io, 5, 5),
+            (Kind::Busy, 11, 11),
+            (Kind::TimedOut, 999, 50),
+            (Kind::Failed, 999, 999),
+        ] {
+            for verb in [Add, Del, Check, Gc, Version] {
+                assert_eq!(kind.code(verb), other, "{kind:?} on {verb:?}");
+            }
+            assert_eq!(kind.code(Status), status, "{kind:?} on STATUS");
+        }
+    }
+
+    #[test]
     fn operator_exit_codes() {
         let e = Error::usage("--x needs a value");
         assert_eq!(e.msg(), "--x needs a value; see --help");

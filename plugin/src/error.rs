@@ -38,8 +38,9 @@ pub enum Kind {
     Unsupported,
     /// Reading or writing a file failed. CNI 5.
     Io,
-    /// Not now, for a reason other than the network's readiness (another process holds the
-    /// attachment; a plugin binary found a moment ago is gone): CNI 11 on every verb.
+    /// Not now, for a reason other than the network's readiness: another process holds the
+    /// attachment, or a plugin binary is missing when the delegate is run (after the readiness
+    /// checks, or on DEL and CHECK, which make none). CNI 11 on every verb, STATUS included.
     Busy,
     /// A delegate plugin outlived its bound and was killed: CNI 50 on STATUS (the delegate is
     /// not available), 999 otherwise.
@@ -171,6 +172,8 @@ impl fmt::Display for Error {
         }
     }
 }
+
+impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 

@@ -15,7 +15,7 @@ use cni_guard::config::{self, GuardConfig};
 use cni_guard::names;
 use cni_guard::netconf::NetworkConfig;
 use cni_guard::records::Record;
-use cni_guard::request;
+use cni_guard::request::{self, Command};
 use cni_guard::version::{self, Version, SUPPORTED};
 use serde_json::{json, Value};
 
@@ -59,8 +59,13 @@ pub fn guard_config(data: &[u8]) {
             assert!(cfg.prev_result.as_ref().is_none_or(Value::is_object));
         }
         Err(e) => {
-            assert!([1, 6, 7].contains(&e.code()), "{e}");
-            assert_error_json(&e.to_json(&reply), Some(e.code()));
+            // Every verb that reads the configuration answers a bad one alike.
+            let code = e.code(Command::Add);
+            assert!([1, 6, 7].contains(&code), "{e}");
+            for verb in [Command::Add, Command::Status] {
+                assert_eq!(e.code(verb), code, "{e}");
+                assert_error_json(&e.to_json(verb, &reply), Some(code));
+            }
         }
     }
 }
@@ -157,8 +162,8 @@ pub fn request(data: &[u8]) {
                 assert!(req.cni_path.iter().all(|p| !p.as_os_str().is_empty()));
             }
             Err(e) => {
-                assert_eq!(e.code(), 4, "{e}");
-                assert_error_json(&e.to_json(version::LATEST), Some(4));
+                assert_eq!(e.code(cmd), 4, "{e}");
+                assert_error_json(&e.to_json(cmd, version::LATEST), Some(4));
             }
         }
     }
@@ -252,7 +257,7 @@ const FALLBACKS: [&str; 8] = [
 pub fn result_conversion(data: &[u8]) {
     if let Some(e) = cni_guard::invoke::as_cni_error(data) {
         assert_eq!(
-            e.to_json("1.0.0"),
+            e.to_json(Command::Add, "1.0.0"),
             data,
             "a delegate error passes unchanged"
         );

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::config::{self, GuardConfig};
 use crate::delegate;
-use crate::error::{code, Error, Result};
+use crate::error::{code, Error, Kind, Result};
 use crate::log::Level;
 use crate::netconf::NetworkConfig;
 use crate::readiness;
@@ -26,11 +26,12 @@ pub enum Action {
     /// Print `stdout` and exit with `exit`.
     Reply { stdout: Vec<u8>, exit: i32 },
     /// Replace the process with the delegate plugin, `config` on its stdin. If the exec fails,
-    /// reply with the error in `cni_version`. `lock`, kept open until the exec, is the
+    /// reply with the error for `verb` in `cni_version`. `lock`, kept open until the exec, is the
     /// attachment's lock, which the exec'd delegate then holds until it exits.
     Exec {
         plugin: PathBuf,
         config: Vec<u8>,
+        verb: Command,
         cni_version: String,
         lock: Option<OwnedFd>,
     },
@@ -53,23 +54,21 @@ pub enum Decision {
 }
 
 impl Decision {
-    fn of(result: &Result<Done>) -> Decision {
+    fn of(result: &Result<Done>, verb: Command) -> Decision {
         match result {
             Ok(Done::Result(_)) => Decision::Delegated,
             Ok(Done::Empty(what)) => Decision::Done(what),
             Ok(Done::Exec(plugin, ..)) => Decision::Exec {
                 plugin: plugin.clone(),
             },
-            Err(e) if e.code() == code::TRY_AGAIN_LATER || e.code() == code::NOT_AVAILABLE => {
-                Decision::Refused {
-                    code: e.code(),
-                    msg: e.msg(),
+            Err(e) => {
+                let (code, msg) = (e.code(verb), e.msg().to_owned());
+                if code == code::TRY_AGAIN_LATER || code == code::NOT_AVAILABLE {
+                    Decision::Refused { code, msg }
+                } else {
+                    Decision::Failed { code, msg }
                 }
             }
-            Err(e) => Decision::Failed {
-                code: e.code(),
-                msg: e.msg(),
-            },
         }
     }
 
@@ -136,7 +135,10 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         }
         Err(e) => (crate::version::LATEST.to_owned(), Err(e)),
     };
-    let decision = Decision::of(&result);
+    // The edge: here the verb turns each error's kind into its CNI code. A request without a
+    // known verb fails with code 4, which is the same on every verb.
+    let verb = Command::parse(&invocation.verb).unwrap_or(Command::Version);
+    let decision = Decision::of(&result, verb);
     let action = match result {
         Ok(Done::Result(v)) => {
             let mut out = serde_json::to_vec(&v).expect("JSON values always serialize");
@@ -153,11 +155,12 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         Ok(Done::Exec(plugin, config, lock)) => Action::Exec {
             plugin,
             config,
+            verb,
             cni_version: reply_version,
             lock,
         },
         Err(e) => Action::Reply {
-            stdout: e.to_json(&reply_version),
+            stdout: e.to_json(verb, &reply_version),
             exit: 1,
         },
     };
@@ -204,7 +207,7 @@ fn version(stdin: &[u8]) -> Result<Done> {
 fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let report = wait::until_ready(cfg, &req.cni_path);
     warn_loose(&report, ctx);
-    if let Some(refusal) = report.error(code::TRY_AGAIN_LATER) {
+    if let Some(refusal) = report.error() {
         return Err(refusal);
     }
     let list = report.delegate.expect("a ready report has the delegate");
@@ -271,7 +274,7 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let cfg = match unusable_prev {
         Some(why) => {
             ctx.warnings
-                .push(format!("invalid prevResult ignored for DEL: {why}"));
+                .push(format!("invalid prevResult ignored for DEL: {}", why.msg()));
             &GuardConfig {
                 prev_result: None,
                 ..cfg.clone()
@@ -312,12 +315,11 @@ fn teardown_config(
     let recorded = match store.map(|s| s.read(&req.container_id, &req.ifname)) {
         None => None,
         Some(Ok(r)) => r,
-        Some(Err(e)) if e.code() == code::TRY_AGAIN_LATER => {
-            return Err(Error::new(
-                e.code(),
-                format!("{}: not torn down", e.msg()),
-                "lockWaitSeconds bounds the wait; the runtime retries DEL",
-            ))
+        Some(Err(e)) if *e.kind() == Kind::Busy => {
+            let msg = format!("{}: not torn down", e.msg());
+            return Err(e
+                .with_msg(msg)
+                .with_details("lockWaitSeconds bounds the wait; the runtime retries DEL"));
         }
         Some(Err(e)) => {
             ctx.warnings.push(e.to_string());
@@ -330,7 +332,7 @@ fn teardown_config(
             Err(p) => ctx.warnings.push(format!(
                 "recorded delegate {} unusable: {}",
                 r.delegate_path.display(),
-                p.reason
+                p.msg()
             )),
         }
     }
@@ -348,26 +350,14 @@ fn teardown_config(
 fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
     if cfg.version() < Version::V0_4_0 {
         return Err(Error::new(
-            code::INCOMPATIBLE_VERSION,
+            Kind::Unsupported,
             format!("cniVersion {} does not have CHECK", cfg.cni_version),
-            "",
         ));
     }
+    // Not ready (11) or misconfigured (7), as the problem is.
     let list = NetworkConfig::load(&cfg.delegate, &cfg.plugin_type).map_err(|p| {
-        let c = if p.fatal {
-            code::INVALID_CONFIG
-        } else {
-            code::TRY_AGAIN_LATER
-        };
-        Error::new(
-            c,
-            format!(
-                "cni-guard: delegate {} {}",
-                cfg.delegate.display(),
-                p.reason
-            ),
-            "",
-        )
+        let msg = format!("cni-guard: delegate {} {}", cfg.delegate.display(), p.msg());
+        p.with_msg(msg)
     })?;
     if !list.version().has_check() || list.disable_check {
         return Ok(Done::Empty("check-skipped"));
@@ -377,7 +367,7 @@ fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
         .as_ref()
         .map(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version))
         .transpose()
-        .map_err(|e| Error::new(code::DECODE_FAILURE, format!("invalid prevResult: {e}"), ""))?;
+        .map_err(|e| Error::new(Kind::BadInput, format!("invalid prevResult: {}", e.msg())))?;
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev.as_ref())? {
         return Ok(Done::Exec(plugin, config, None));
     }
@@ -390,7 +380,7 @@ fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     require_1_1(cfg, "STATUS")?;
     let report = readiness::check(cfg, &req.cni_path);
     warn_loose(&report, ctx);
-    if let Some(e) = report.error(code::NOT_AVAILABLE) {
+    if let Some(e) = report.error() {
         return Err(e);
     }
     let list = report.delegate.expect("a ready report has the delegate");
@@ -444,11 +434,7 @@ fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         _ => {
             let first = errors.remove(0);
             let rest: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            Err(Error::new(
-                first.code(),
-                first.msg(),
-                format!("also: {}", rest.join("; ")),
-            ))
+            Err(first.with_details(format!("also: {}", rest.join("; "))))
         }
     }
 }
@@ -456,12 +442,11 @@ fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 fn require_1_1(cfg: &GuardConfig, verb: &str) -> Result<()> {
     if cfg.version() < Version::V1_1_0 {
         return Err(Error::new(
-            code::INCOMPATIBLE_VERSION,
+            Kind::Unsupported,
             format!(
                 "cniVersion {} does not have {verb} (it came with 1.1.0)",
                 cfg.cni_version
             ),
-            "",
         ));
     }
     Ok(())

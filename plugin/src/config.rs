@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Number, Value};
 
-use crate::error::{code, Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::names;
 use crate::version::{Version, LATEST, SUPPORTED};
 
@@ -267,7 +267,7 @@ impl From<Invalid> for Error {
 fn invalid(key: &'static str, msg: impl Into<String>) -> Invalid {
     Invalid {
         key,
-        error: Error::new(code::INVALID_CONFIG, msg, ""),
+        error: Error::new(Kind::Misconfigured, msg),
     }
 }
 
@@ -286,11 +286,8 @@ impl Entry {
                 };
                 return Err(Invalid {
                     key: "cniVersion",
-                    error: Error::new(
-                        code::INCOMPATIBLE_VERSION,
-                        format!("unsupported cniVersion {shown}"),
-                        format!("cni-guard supports {}", SUPPORTED.join(", ")),
-                    ),
+                    error: Error::new(Kind::Unsupported, format!("unsupported cniVersion {shown}"))
+                        .with_details(format!("cni-guard supports {}", SUPPORTED.join(", "))),
                 });
             }
         };
@@ -407,26 +404,19 @@ impl GuardConfig {
     /// Loads the guard's entry from a conflist file, as the runtime would pass it (for
     /// `cni-guard check`). The first plugin of type `cni-guard` is taken.
     pub fn from_conflist_file(path: &Path) -> Result<GuardConfig> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            Error::new(
-                code::IO_FAILURE,
-                format!("cannot read {}: {e}", path.display()),
-                "",
-            )
-        })?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::new(Kind::Io, format!("cannot read {}: {e}", path.display())))?;
         let cannot_decode = |e: serde_json::Error| {
             Error::new(
-                code::DECODE_FAILURE,
+                Kind::BadInput,
                 format!("cannot decode {}: {e}", path.display()),
-                "",
             )
         };
         let value: Value = serde_json::from_slice(&bytes).map_err(cannot_decode)?;
         let list = value.as_object().ok_or_else(|| {
             Error::new(
-                code::DECODE_FAILURE,
+                Kind::BadInput,
                 format!("{} is not a JSON object", path.display()),
-                "",
             )
         })?;
         let entry = match list.get("plugins") {
@@ -438,9 +428,8 @@ impl GuardConfig {
         };
         let mut obj = entry.cloned().ok_or_else(|| {
             Error::new(
-                code::INVALID_CONFIG,
+                Kind::Misconfigured,
                 format!("{} has no plugin of type {GUARD_TYPE:?}", path.display()),
-                "",
             )
         })?;
         for key in ["name", "cniVersion"] {
@@ -471,17 +460,15 @@ fn decode(stdin: &[u8]) -> Result<Entry> {
     }
     let cannot_decode = |e: serde_json::Error| {
         Error::new(
-            code::DECODE_FAILURE,
+            Kind::BadInput,
             format!("cannot decode the network configuration on stdin: {e}"),
-            "",
         )
     };
     match serde_json::from_slice::<Value>(stdin).map_err(cannot_decode)? {
         object @ Value::Object(_) => Entry::deserialize(object).map_err(cannot_decode),
         _ => Err(Error::new(
-            code::DECODE_FAILURE,
+            Kind::BadInput,
             "the network configuration on stdin is not a JSON object",
-            "",
         )),
     }
 }
@@ -603,6 +590,7 @@ pub(crate) fn schema_keys() -> &'static [&'static str] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Command;
     use serde_json::json;
 
     fn parse(v: Value) -> Result<GuardConfig> {
@@ -645,9 +633,12 @@ mod tests {
 
     #[test]
     fn errors_have_the_right_codes() {
-        assert_eq!(GuardConfig::parse(b"{").unwrap_err().code(), 6);
-        assert_eq!(GuardConfig::parse(b"[]").unwrap_err().code(), 6);
-        assert_eq!(GuardConfig::parse(b"\xff").unwrap_err().code(), 6);
+        assert_eq!(GuardConfig::parse(b"{").unwrap_err().code(Command::Add), 6);
+        assert_eq!(GuardConfig::parse(b"[]").unwrap_err().code(Command::Add), 6);
+        assert_eq!(
+            GuardConfig::parse(b"\xff").unwrap_err().code(Command::Add),
+            6
+        );
         let cases: Vec<(&str, Value, u32)> = vec![
             ("cniVersion", json!("9.9.9"), 1),
             ("cniVersion", json!("0.2.0"), 1),
@@ -670,14 +661,18 @@ mod tests {
         for (key, val, want) in cases {
             let mut v = base();
             v[key] = val.clone();
-            assert_eq!(parse(v).unwrap_err().code(), want, "{key}={val}");
+            assert_eq!(
+                parse(v).unwrap_err().code(Command::Add),
+                want,
+                "{key}={val}"
+            );
         }
         let mut v = base();
         v.as_object_mut().unwrap().remove("delegate");
-        assert_eq!(parse(v).unwrap_err().code(), 7);
+        assert_eq!(parse(v).unwrap_err().code(Command::Add), 7);
         let mut v = base();
         v.as_object_mut().unwrap().remove("cniVersion");
-        assert_eq!(parse(v).unwrap_err().code(), 7);
+        assert_eq!(parse(v).unwrap_err().code(Command::Add), 7);
     }
 
     /// The words of every refusal, as the plugin has always given them.
@@ -718,7 +713,11 @@ mod tests {
             let mut v = base();
             v[key] = val.clone();
             let err = parse(v).unwrap_err();
-            assert_eq!((err.code(), err.msg().as_str()), (code, msg), "{key}={val}");
+            assert_eq!(
+                (err.code(Command::Add), err.msg()),
+                (code, msg),
+                "{key}={val}"
+            );
         }
     }
 
@@ -727,7 +726,7 @@ mod tests {
         let v = json!({"cniVersion":"1.0.0","waitSeconds":"x","delegate":5,"name":"n"});
         assert_eq!(parse(v).unwrap_err().msg(), "delegate is not a string");
         let v = json!({"name":5,"cniVersion":"0.2.0"});
-        assert_eq!(parse(v).unwrap_err().code(), 1);
+        assert_eq!(parse(v).unwrap_err().code(Command::Add), 1);
     }
 
     #[test]
@@ -807,7 +806,7 @@ mod tests {
         ];
         for (stdin, msg) in cases {
             let err = GuardConfig::parse(stdin).unwrap_err();
-            assert_eq!((err.code(), err.msg().as_str()), (6, msg), "{stdin:?}");
+            assert_eq!((err.code(Command::Add), err.msg()), (6, msg), "{stdin:?}");
         }
     }
 
@@ -816,7 +815,7 @@ mod tests {
         let stdin = br#"{"cniVersion":"1.0.0","name":"a","name":"b","delegate":"/d.conf"}"#;
         assert_eq!(GuardConfig::parse(stdin).unwrap().name, "b");
         let stdin = br#"{"cniVersion":"1.0.0","name":"a","delegate":"/d","delegate":"d"}"#;
-        assert_eq!(GuardConfig::parse(stdin).unwrap_err().code(), 7);
+        assert_eq!(GuardConfig::parse(stdin).unwrap_err().code(Command::Add), 7);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::config::GuardConfig;
-use crate::error::{code, Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::invoke;
 use crate::netconf::NetworkConfig;
 use crate::request::Command;
@@ -121,16 +121,15 @@ pub fn add(
     }
     let last = prev.ok_or_else(|| {
         (
-            Error::new(code::INTERNAL, "delegate produced no result", ""),
+            Error::new(Kind::Failed, "delegate produced no result"),
             true,
         )
     })?;
     convert_result(&last, &list.cni_version, &guard.cni_version).map_err(|e| {
         (
             Error::new(
-                code::INTERNAL,
-                format!("cannot convert the delegate's result: {e}"),
-                "",
+                Kind::Failed,
+                format!("cannot convert the delegate's result: {}", e.msg()),
             ),
             false,
         )
@@ -193,22 +192,19 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, None, &[]);
-        match invoke::run_until(&binary, Command::Status, &conf, deadline) {
-            Ok(_) => {}
-            Err(invoke::Failed::Error(e)) => return Err(e),
-            Err(invoke::Failed::TimedOut) => {
-                return Err(Error::new(
-                    code::NOT_AVAILABLE,
-                    format!(
+        let timed_out = || {
+            Error::new(
+                Kind::TimedOut,
+                format!(
                     "cni-guard: delegate {} did not answer STATUS within {}s: plugin {} was killed",
                     list.path.display(),
                     guard.status_timeout.as_secs_f64(),
                     binary.display()
                 ),
-                    "statusTimeoutSeconds bounds the delegate's STATUS",
-                ))
-            }
-        }
+            )
+            .with_details("statusTimeoutSeconds bounds the delegate's STATUS")
+        };
+        invoke::run_until(&binary, Command::Status, &conf, deadline, timed_out)?;
     }
     Ok(())
 }
@@ -265,7 +261,7 @@ fn to_version(result: &Value, from: &str, target: &str) -> Result<Option<Value>>
     }
     convert_result(result, from, target)
         .map(Some)
-        .map_err(|e| Error::new(code::DECODE_FAILURE, format!("invalid prevResult: {e}"), ""))
+        .map_err(|e| Error::new(Kind::BadInput, format!("invalid prevResult: {}", e.msg())))
 }
 
 /// Whether every plugin of the list can be found in CNI_PATH.
@@ -278,9 +274,8 @@ fn find(plugin: &Map<String, Value>, cni_path: &[PathBuf]) -> Result<PathBuf> {
     let t = plugin.get("type").and_then(Value::as_str).unwrap_or("");
     invoke::find_plugin(t, cni_path).map_err(|reason| {
         Error::new(
-            code::TRY_AGAIN_LATER,
-            format!("cni-guard: delegate plugin {t:?} {reason}"),
-            "",
+            Kind::Busy,
+            format!("cni-guard: delegate plugin {t:?} {}", reason.msg()),
         )
     })
 }
@@ -293,13 +288,13 @@ fn parse_result(stdout: &[u8], binary: &Path, list_version: &str) -> Result<Valu
     }
     let value: Value = serde_json::from_slice(stdout).map_err(|e| {
         Error::new(
-            code::INTERNAL,
+            Kind::Failed,
             format!(
                 "plugin {} printed a result that is not JSON: {e}",
                 binary.display()
             ),
-            String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned(),
         )
+        .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned())
     })?;
     // Results are threaded and converted in the 0.3.0+ shape, also for 0.1.0/0.2.0 delegates.
     let shape = match Version::parse(list_version) {
@@ -308,9 +303,12 @@ fn parse_result(stdout: &[u8], binary: &Path, list_version: &str) -> Result<Valu
     };
     convert_result(&value, list_version, shape).map_err(|e| {
         Error::new(
-            code::INTERNAL,
-            format!("plugin {} printed an invalid result: {e}", binary.display()),
-            "",
+            Kind::Failed,
+            format!(
+                "plugin {} printed an invalid result: {}",
+                binary.display(),
+                e.msg()
+            ),
         )
     })
 }

@@ -12,22 +12,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::error::{code, Error};
+use crate::error::{code, Error, Kind};
 use crate::request;
 use crate::sys;
 
 /// Finds the executable for a plugin type, as libcni's `FindInPath`: the first directory of
-/// CNI_PATH holding a regular file of that name; we also require it to be executable.
-pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, String> {
+/// CNI_PATH holding a regular file of that name; we also require it to be executable. The error
+/// ([`Kind::NotReady`]) says why after the plugin's name: "is not in CNI_PATH ...".
+pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, Error> {
+    let not_ready = |why: String| Err(Error::new(Kind::NotReady, why));
     if plugin_type.is_empty()
         || plugin_type.contains('/')
         || plugin_type == "."
         || plugin_type == ".."
     {
-        return Err(format!("is not a valid plugin type {plugin_type:?}"));
+        return not_ready(format!("is not a valid plugin type {plugin_type:?}"));
     }
     if cni_path.is_empty() {
-        return Err("cannot be looked up: CNI_PATH is empty".to_owned());
+        return not_ready("cannot be looked up: CNI_PATH is empty".to_owned());
     }
     let mut not_executable = None;
     for dir in cni_path {
@@ -41,7 +43,7 @@ pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, S
             }
         }
     }
-    Err(match not_executable {
+    not_ready(match not_executable {
         Some(p) => format!("is not executable at {}", p.display()),
         None => format!(
             "is not in CNI_PATH {}",
@@ -76,50 +78,39 @@ pub fn run(
     config: &[u8],
     timeout: Duration,
 ) -> Result<Vec<u8>, Error> {
-    run_until(plugin, verb, config, Instant::now() + timeout).map_err(|f| match f {
-        Failed::Error(e) => e,
-        Failed::TimedOut => Error::new(
-            code::INTERNAL,
+    let timed_out = || {
+        Error::new(
+            Kind::TimedOut,
             format!(
                 "plugin {} did not finish within {}s and was killed",
                 plugin.display(),
                 timeout.as_secs_f64()
             ),
-            "",
-        ),
-    })
+        )
+    };
+    run_until(plugin, verb, config, Instant::now() + timeout, timed_out)
 }
 
-/// Why [`run_until`] failed.
-#[derive(Debug)]
-pub enum Failed {
-    /// The plugin's error, or a crash, or output that is not CNI.
-    Error(Error),
-    /// Still running at the deadline: its process group was killed.
-    TimedOut,
-}
-
-/// [`run`] with a deadline instead of a timeout, telling a plugin killed at the deadline from
-/// every other failure.
+/// [`run`] with a deadline instead of a timeout: a plugin still running at `deadline` is killed
+/// and the error is `timed_out()` (of [`Kind::TimedOut`]).
 pub fn run_until(
     plugin: &Path,
     verb: request::Command,
     config: &[u8],
     deadline: Instant,
-) -> Result<Vec<u8>, Failed> {
+    timed_out: impl FnOnce() -> Error,
+) -> Result<Vec<u8>, Error> {
     let stdin = sys::memfd_with(config).map_err(|e| {
-        Failed::Error(Error::new(
-            code::IO_FAILURE,
+        Error::new(
+            Kind::Io,
             format!("cannot prepare stdin for {}: {e}", plugin.display()),
-            "",
-        ))
+        )
     })?;
     let cannot_run = |e: std::io::Error| {
-        Failed::Error(Error::new(
-            code::INTERNAL,
+        Error::new(
+            Kind::Failed,
             format!("cannot run plugin {}: {e}", plugin.display()),
-            "",
-        ))
+        )
     };
     let mut cmd = Command::new(plugin);
     cmd.env("CNI_COMMAND", verb.as_str())
@@ -139,24 +130,24 @@ pub fn run_until(
     };
     let (status, stdout) = match ended {
         Ended::Exited(status, stdout) => (status, stdout),
-        Ended::TimedOut => return Err(Failed::TimedOut),
+        Ended::TimedOut => return Err(timed_out()),
     };
     if status.success() {
         return Ok(stdout);
     }
     if let Some(err) = as_cni_error(&stdout) {
-        return Err(Failed::Error(err));
+        return Err(err);
     }
     let how = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!("was killed by signal {s}"),
         _ => "failed".to_owned(),
     };
-    Err(Failed::Error(Error::new(
-        code::INTERNAL,
+    Err(Error::new(
+        Kind::Failed,
         format!("plugin {} {how} without a CNI error", plugin.display()),
-        String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned(),
-    )))
+    )
+    .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)])))
 }
 
 enum Ended {
@@ -230,17 +221,15 @@ pub fn exec(plugin: &Path, config: &[u8]) -> Error {
         Ok(fd) => fd,
         Err(e) => {
             return Error::new(
-                code::IO_FAILURE,
+                Kind::Io,
                 format!("cannot prepare stdin for {}: {e}", plugin.display()),
-                "",
             )
         }
     };
     let e = Command::new(plugin).stdin(Stdio::from(stdin)).exec();
     Error::new(
-        code::INTERNAL,
+        Kind::Failed,
         format!("cannot exec plugin {}: {e}", plugin.display()),
-        "",
     )
 }
 
@@ -248,11 +237,12 @@ pub fn exec(plugin: &Path, config: &[u8]) -> Error {
 pub fn as_cni_error(stdout: &[u8]) -> Option<Error> {
     let v: serde_json::Value = serde_json::from_slice(stdout).ok()?;
     let c = v.get("code")?.as_u64()?;
-    v.get("msg")?;
-    Some(Error::Delegate {
-        stdout: stdout.to_vec(),
-        code: u32::try_from(c).unwrap_or(code::INTERNAL),
-    })
+    let msg = v.get("msg")?.as_str().unwrap_or("delegate error");
+    Some(Error::delegate(
+        u32::try_from(c).unwrap_or(code::INTERNAL),
+        msg,
+        stdout.to_vec(),
+    ))
 }
 
 #[cfg(test)]
@@ -278,9 +268,11 @@ mod tests {
         assert_eq!(find_plugin("bridge", &path).unwrap(), want);
         assert!(find_plugin("noexec", &path)
             .unwrap_err()
+            .msg()
             .contains("not executable"));
         assert!(find_plugin("missing", &path)
             .unwrap_err()
+            .msg()
             .contains("not in CNI_PATH"));
         assert!(find_plugin("../bridge", &path).is_err());
         std::fs::create_dir(a.path().join("dir")).unwrap();
@@ -305,12 +297,14 @@ mod tests {
             0o755,
         );
         assert_eq!(
-            run(&p, request::Command::Add, b"{}", T).unwrap_err().code(),
+            run(&p, request::Command::Add, b"{}", T)
+                .unwrap_err()
+                .code(request::Command::Add),
             42
         );
         let p = script(d.path(), "crash", "echo garbage; exit 3", 0o755);
         let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
-        assert_eq!(e.code(), 999);
+        assert_eq!(e.code(request::Command::Add), 999);
         assert!(e.msg().contains("status 3"), "{}", e.msg());
         let p = script(d.path(), "killed", "kill -9 $$", 0o755);
         let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
@@ -355,7 +349,7 @@ mod tests {
         );
         let (r, took) = timed(&body, Duration::from_millis(300));
         let e = r.unwrap_err();
-        assert_eq!(e.code(), 999);
+        assert_eq!(e.code(request::Command::Add), 999);
         assert!(
             e.msg().contains("did not finish within 0.3s"),
             "{}",
@@ -383,7 +377,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "hang", "exec sleep 60", 0o755);
         let e = run(&p, request::Command::Add, b"{}", Duration::from_millis(200)).unwrap_err();
-        assert_eq!(e.code(), 999);
+        assert_eq!(e.code(request::Command::Add), 999);
         assert!(
             e.msg().contains("did not finish within 0.2s"),
             "{}",

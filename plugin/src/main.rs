@@ -6,7 +6,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use cni_guard::cni::{self, Action};
-use cni_guard::error::{code, Error};
+use cni_guard::error::{Error, Kind};
+use cni_guard::request::Command;
 use cni_guard::{invoke, log};
 
 fn main() -> ExitCode {
@@ -15,12 +16,10 @@ fn main() -> ExitCode {
     }
     // A panic must still answer the runtime in the spec's terms, never with a bare backtrace.
     std::panic::set_hook(Box::new(|info| {
-        let e = Error::new(
-            code::INTERNAL,
-            format!("cni-guard failed internally: {info}"),
-            "",
-        );
-        let _ = std::io::stdout().write_all(&e.to_json(cni_guard::version::LATEST));
+        let e = Error::new(Kind::Failed, format!("cni-guard failed internally: {info}"));
+        // A guard failure is code 999 on every verb.
+        let _ =
+            std::io::stdout().write_all(&e.to_json(Command::Version, cni_guard::version::LATEST));
         log::emit(log::Level::Warning, &format!("internal failure: {info}"));
     }));
     let outcome = cni::handle(&|k| std::env::var_os(k), &mut std::io::stdin().lock());
@@ -33,6 +32,7 @@ fn main() -> ExitCode {
         Action::Exec {
             plugin,
             config,
+            verb,
             cni_version,
             lock,
         } => {
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             // The exec failed: the guard is the holder again, and lets go when it exits.
             drop(lock);
             log::emit(log::Level::Warning, &format!("exec failed: {e}"));
-            (e.to_json(&cni_version), 1)
+            (e.to_json(verb, &cni_version), 1)
         }
     };
     let mut out = std::io::stdout().lock();

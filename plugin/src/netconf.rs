@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::config::GUARD_TYPE;
+use crate::error::{Error, Kind};
 use crate::version::Version;
 
 /// A CNI configuration never comes near this; a larger file is treated as broken.
@@ -32,21 +33,11 @@ pub struct NetworkConfig {
     pub loosely_writable: bool,
 }
 
-/// Why a configuration cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub reason: String,
-    /// A configuration error that waiting will not fix (the guard would call itself).
-    pub fatal: bool,
-}
-
-impl Problem {
-    fn retry(reason: impl Into<String>) -> Problem {
-        Problem {
-            reason: reason.into(),
-            fatal: false,
-        }
-    }
+/// Why a configuration cannot be used, said after its path ("does not exist"): not ready yet
+/// (missing, half-written, ...), or [`Kind::Misconfigured`] when waiting will not fix it (the
+/// guard would call itself).
+fn not_ready(reason: impl Into<String>) -> Error {
+    Error::new(Kind::NotReady, reason)
 }
 
 impl NetworkConfig {
@@ -61,7 +52,7 @@ impl NetworkConfig {
     }
 
     /// Reads and validates the file at `path`.
-    pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Problem> {
+    pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Error> {
         let (raw, mode) = read_regular(path)?;
         let mut conf = Self::from_bytes(path, raw, own_type)?;
         conf.loosely_writable = mode & 0o022 != 0;
@@ -69,24 +60,24 @@ impl NetworkConfig {
     }
 
     /// Validates configuration bytes (from a file, or from a record written at ADD).
-    pub fn from_bytes(path: &Path, raw: Vec<u8>, own_type: &str) -> Result<NetworkConfig, Problem> {
+    pub fn from_bytes(path: &Path, raw: Vec<u8>, own_type: &str) -> Result<NetworkConfig, Error> {
         let value: Value = serde_json::from_slice(&raw).map_err(|e| {
-            Problem::retry(format!(
+            not_ready(format!(
                 "is not valid JSON (perhaps still being written): {e}"
             ))
         })?;
         if !value.is_object() {
-            return Err(Problem::retry("is not a JSON object"));
+            return Err(not_ready("is not a JSON object"));
         }
         // Checked on the parsed value itself: a copy of a large configuration costs more than
         // parsing it did.
         if mentions_type(&value, own_type) {
-            return Err(Problem {
-                reason: format!(
+            return Err(Error::new(
+                Kind::Misconfigured,
+                format!(
                     "names the {own_type:?} plugin itself: the guard would call itself (point the delegate at the real network, not at the guard's own configuration)"
                 ),
-                fatal: true,
-            });
+            ));
         }
         let Value::Object(obj) = value else {
             unreachable!("checked above");
@@ -108,10 +99,10 @@ impl NetworkConfig {
         path: &Path,
         obj: Map<String, Value>,
         raw: Vec<u8>,
-    ) -> Result<NetworkConfig, Problem> {
+    ) -> Result<NetworkConfig, Error> {
         let name = match obj.get("name") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            _ => return Err(Problem::retry("has no network name")),
+            _ => return Err(not_ready("has no network name")),
         };
         let cni_version = list_version(&obj)?;
         let plugins = match obj.get("plugins") {
@@ -120,11 +111,11 @@ impl NetworkConfig {
                 .enumerate()
                 .map(|(i, p)| match p {
                     Value::Object(m) => check_type(m).map(|_| m.clone()),
-                    _ => Err(Problem::retry(format!("plugins[{i}] is not an object"))),
+                    _ => Err(not_ready(format!("plugins[{i}] is not an object"))),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            Some(Value::Array(_)) => return Err(Problem::retry("has an empty plugin list")),
-            _ => return Err(Problem::retry("is a .conflist without a \"plugins\" list")),
+            Some(Value::Array(_)) => return Err(not_ready("has an empty plugin list")),
+            _ => return Err(not_ready("is a .conflist without a \"plugins\" list")),
         };
         Ok(NetworkConfig {
             path: path.to_owned(),
@@ -142,9 +133,9 @@ impl NetworkConfig {
         path: &Path,
         obj: Map<String, Value>,
         raw: Vec<u8>,
-    ) -> Result<NetworkConfig, Problem> {
+    ) -> Result<NetworkConfig, Error> {
         if obj.contains_key("plugins") && !obj.contains_key("type") {
-            return Err(Problem::retry(
+            return Err(not_ready(
                 "holds a plugin list but is not named .conflist (a .conf holds one plugin)",
             ));
         }
@@ -152,7 +143,7 @@ impl NetworkConfig {
         let cni_version = match obj.get("cniVersion") {
             None => "0.1.0".to_owned(),
             Some(Value::String(v)) if Version::delegate_supported(v) => v.clone(),
-            Some(v) => return Err(Problem::retry(format!("has unsupported cniVersion {v}"))),
+            Some(v) => return Err(not_ready(format!("has unsupported cniVersion {v}"))),
         };
         let name = obj
             .get("name")
@@ -173,7 +164,7 @@ impl NetworkConfig {
 }
 
 /// `cniVersion`, or with 1.1's `cniVersions` the newest listed version the guard can run.
-fn list_version(obj: &Map<String, Value>) -> Result<String, Problem> {
+fn list_version(obj: &Map<String, Value>) -> Result<String, Error> {
     if let Some(Value::Array(versions)) = obj.get("cniVersions") {
         let best = versions
             .iter()
@@ -187,30 +178,30 @@ fn list_version(obj: &Map<String, Value>) -> Result<String, Problem> {
     match obj.get("cniVersion") {
         None => Ok("0.1.0".to_owned()),
         Some(Value::String(v)) if Version::delegate_supported(v) => Ok(v.clone()),
-        Some(v) => Err(Problem::retry(format!("has unsupported cniVersion {v}"))),
+        Some(v) => Err(not_ready(format!("has unsupported cniVersion {v}"))),
     }
 }
 
-fn check_type(plugin: &Map<String, Value>) -> Result<(), Problem> {
+fn check_type(plugin: &Map<String, Value>) -> Result<(), Error> {
     match plugin.get("type") {
-        Some(Value::String(t)) if t.is_empty() => Err(Problem::retry("names an empty plugin type")),
-        Some(Value::String(t)) if t.contains('/') || t == "." || t == ".." => Err(Problem::retry(
+        Some(Value::String(t)) if t.is_empty() => Err(not_ready("names an empty plugin type")),
+        Some(Value::String(t)) if t.contains('/') || t == "." || t == ".." => Err(not_ready(
             format!("names plugin type {t:?}, which is not a plain file name"),
         )),
         Some(Value::String(_)) => Ok(()),
-        _ => Err(Problem::retry("has a plugin without a \"type\"")),
+        _ => Err(not_ready("has a plugin without a \"type\"")),
     }
 }
 
 /// A conflist's boolean switch as libcni reads it: absent is false; a boolean, or the string
 /// "true" or "false" in any case; anything else makes the list invalid.
-fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, Problem> {
+fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, Error> {
     match obj.get(key) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Some(v) => Err(Problem::retry(format!(
+        Some(v) => Err(not_ready(format!(
             "has {key} {v}, which is neither true nor false"
         ))),
     }
@@ -232,20 +223,20 @@ fn mentions_type(v: &Value, own_type: &str) -> bool {
 }
 
 /// Opens without blocking or following into devices, checks it is a regular file, reads it.
-fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
+fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Error> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| Problem::retry(describe_open_error(path, &e)))?;
+        .map_err(|e| not_ready(describe_open_error(path, &e)))?;
     let meta = file
         .metadata()
-        .map_err(|e| Problem::retry(format!("cannot be examined: {e}")))?;
+        .map_err(|e| not_ready(format!("cannot be examined: {e}")))?;
     if let Some(why) = not_regular(meta.mode()) {
-        return Err(Problem::retry(why));
+        return Err(not_ready(why));
     }
     if meta.len() > MAX_CONFIG_BYTES {
-        return Err(Problem::retry(format!(
+        return Err(not_ready(format!(
             "is larger than {} MiB",
             MAX_CONFIG_BYTES >> 20
         )));
@@ -253,9 +244,9 @@ fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
     let mut raw = Vec::with_capacity(meta.len() as usize + 1);
     file.take(MAX_CONFIG_BYTES + 1)
         .read_to_end(&mut raw)
-        .map_err(|e| Problem::retry(format!("cannot be read: {e}")))?;
+        .map_err(|e| not_ready(format!("cannot be read: {e}")))?;
     if raw.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(Problem::retry(format!(
+        return Err(not_ready(format!(
             "is larger than {} MiB",
             MAX_CONFIG_BYTES >> 20
         )));
@@ -297,7 +288,7 @@ fn describe_open_error(path: &Path, e: &std::io::Error) -> String {
 mod tests {
     use super::*;
 
-    fn load(name: &str, body: &str) -> Result<NetworkConfig, Problem> {
+    fn load(name: &str, body: &str) -> Result<NetworkConfig, Error> {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join(name);
         std::fs::write(&p, body).unwrap();
@@ -337,8 +328,8 @@ mod tests {
     #[test]
     fn half_written_is_retryable() {
         let p = load("00-multus.conf", r#"{"cniVersion":"0.3.1","name":"mul"#).unwrap_err();
-        assert!(!p.fatal);
-        assert!(p.reason.contains("not valid JSON"), "{}", p.reason);
+        assert_eq!(*p.kind(), Kind::NotReady);
+        assert!(p.msg().contains("not valid JSON"), "{}", p.msg());
     }
 
     #[test]
@@ -370,7 +361,7 @@ mod tests {
             ("a.conf", r#"[1,2]"#),
         ] {
             let p = load(name, body).unwrap_err();
-            assert!(!p.fatal, "{name} {body}");
+            assert_eq!(*p.kind(), Kind::NotReady, "{name} {body}");
         }
     }
 
@@ -396,9 +387,9 @@ mod tests {
         for v in ["\"yes\"", "1", "null"] {
             let p = list(v).unwrap_err();
             assert!(
-                p.reason.contains("neither true nor false"),
+                p.msg().contains("neither true nor false"),
                 "{v}: {}",
-                p.reason
+                p.msg()
             );
         }
     }
@@ -406,38 +397,38 @@ mod tests {
     #[test]
     fn recursion_is_fatal() {
         let p = load("a.conf", r#"{"cniVersion":"1.0.0","type":"cni-guard"}"#).unwrap_err();
-        assert!(p.fatal);
+        assert_eq!(*p.kind(), Kind::Misconfigured);
         let p = load(
             "00-multus.conf",
             r#"{"cniVersion":"0.3.1","name":"m","type":"multus","delegates":[{"name":"g","plugins":[{"type":"cni-guard"}]}]}"#,
         )
         .unwrap_err();
-        assert!(p.fatal, "{}", p.reason);
+        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
     }
 
     #[test]
     fn refuses_non_regular_files() {
         let dir = tempfile::tempdir().unwrap();
         let p = NetworkConfig::load(dir.path(), "cni-guard").unwrap_err();
-        assert_eq!(p.reason, "is a directory, not a regular file");
+        assert_eq!(p.msg(), "is a directory, not a regular file");
         let p = NetworkConfig::load(Path::new("/dev/zero"), "cni-guard").unwrap_err();
-        assert_eq!(p.reason, "is a device, not a regular file");
+        assert_eq!(p.msg(), "is a device, not a regular file");
         let fifo = dir.path().join("fifo.conf");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let p = NetworkConfig::load(&fifo, "cni-guard").unwrap_err();
-        assert_eq!(p.reason, "is a FIFO, not a regular file");
+        assert_eq!(p.msg(), "is a FIFO, not a regular file");
         let missing = NetworkConfig::load(&dir.path().join("nope.conf"), "cni-guard").unwrap_err();
-        assert_eq!(missing.reason, "does not exist");
+        assert_eq!(missing.msg(), "does not exist");
         let link = dir.path().join("dangling.conf");
         std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
         let p = NetworkConfig::load(&link, "cni-guard").unwrap_err();
-        assert_eq!(p.reason, "is a dangling symlink");
+        assert_eq!(p.msg(), "is a dangling symlink");
         let a = dir.path().join("a.conf");
         let b = dir.path().join("b.conf");
         std::os::unix::fs::symlink(&b, &a).unwrap();
         std::os::unix::fs::symlink(&a, &b).unwrap();
         let p = NetworkConfig::load(&a, "cni-guard").unwrap_err();
-        assert_eq!(p.reason, "is a symlink loop");
+        assert_eq!(p.msg(), "is a symlink loop");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::GuardConfig;
-use crate::error::{code, Error};
+use crate::error::{Error, Kind};
 use crate::invoke::find_plugin;
 use crate::netconf::NetworkConfig;
 
@@ -24,14 +24,36 @@ pub struct Item {
     pub what: Precondition,
     /// The configuration file, or the plugin binary (where it was found, or its type).
     pub path: PathBuf,
-    pub ok: bool,
-    /// Empty when ok.
-    pub reason: String,
-    /// A configuration error: waiting will not fix it (CNI code 7).
-    pub fatal: bool,
+    /// Why it does not hold, said after the path ("does not exist"): [`Kind::NotReady`], or
+    /// [`Kind::Misconfigured`] when waiting will not fix it. `None` when it holds.
+    pub problem: Option<Error>,
 }
 
 impl Item {
+    fn holds(what: Precondition, path: PathBuf) -> Item {
+        Item {
+            what,
+            path,
+            problem: None,
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
+
+    /// A configuration error: waiting will not fix it.
+    pub fn fatal(&self) -> bool {
+        self.problem
+            .as_ref()
+            .is_some_and(|p| *p.kind() == Kind::Misconfigured)
+    }
+
+    /// Why it does not hold; empty when it holds.
+    pub fn reason(&self) -> &str {
+        self.problem.as_ref().map_or("", Error::msg)
+    }
+
     pub fn describe(&self) -> String {
         let what = match &self.what {
             Precondition::Delegate => "delegate".to_owned(),
@@ -39,13 +61,13 @@ impl Item {
             Precondition::Plugin(t) => format!("plugin {t:?}"),
             Precondition::Permissions => "permissions of".to_owned(),
         };
-        if self.ok {
-            format!("{what} {}", self.path.display())
-        } else if matches!(self.what, Precondition::Plugin(_)) {
+        match &self.problem {
+            None => format!("{what} {}", self.path.display()),
             // A plugin that was not found has no path to name: `path` is its type, said above.
-            format!("{what} {}", self.reason)
-        } else {
-            format!("{what} {} {}", self.path.display(), self.reason)
+            Some(p) if matches!(self.what, Precondition::Plugin(_)) => {
+                format!("{what} {}", p.msg())
+            }
+            Some(p) => format!("{what} {} {}", self.path.display(), p.msg()),
         }
     }
 }
@@ -61,26 +83,31 @@ pub struct Report {
 
 impl Report {
     pub fn ready(&self) -> bool {
-        self.items.iter().all(|i| i.ok)
+        self.items.iter().all(Item::ok)
     }
 
     pub fn failures(&self) -> impl Iterator<Item = &Item> {
-        self.items.iter().filter(|i| !i.ok)
+        self.items.iter().filter(|i| !i.ok())
     }
 
-    /// The refusal: code 7 when any failure is a configuration error, `not_ready_code`
-    /// (11 for ADD, 50 for STATUS) otherwise. The message names the first failing path; the
-    /// details name every other failure (runtimes print `msg; details`: nothing twice).
-    pub fn error(&self, not_ready_code: u32) -> Option<Error> {
+    /// The refusal: [`Kind::Misconfigured`] when any failure is a configuration error,
+    /// [`Kind::NotReady`] otherwise. The message names the first failing path; the details name
+    /// every other failure (runtimes print `msg; details`: nothing twice).
+    pub fn error(&self) -> Option<Error> {
         let first = self
             .failures()
-            .find(|i| i.fatal)
+            .find(|i| i.fatal())
             .or_else(|| self.failures().next())?;
-        let fatal = first.fatal;
-        let msg = if fatal {
-            format!("cni-guard is misconfigured: {}", first.describe())
+        let (kind, msg) = if first.fatal() {
+            (
+                Kind::Misconfigured,
+                format!("cni-guard is misconfigured: {}", first.describe()),
+            )
         } else {
-            format!("cni-guard: network not ready: {}", first.describe())
+            (
+                Kind::NotReady,
+                format!("cni-guard: network not ready: {}", first.describe()),
+            )
         };
         let others: Vec<String> = self
             .failures()
@@ -92,15 +119,7 @@ impl Report {
         } else {
             format!("also: {}", others.join("; "))
         };
-        Some(Error::new(
-            if fatal {
-                code::INVALID_CONFIG
-            } else {
-                not_ready_code
-            },
-            msg,
-            details,
-        ))
+        Some(Error::new(kind, msg).with_details(details))
     }
 
     /// Directories whose changes could make a failing precondition pass.
@@ -135,20 +154,13 @@ pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     types.sort_unstable();
     types.dedup();
     for t in types {
+        let what = Precondition::Plugin(t.to_owned());
         let item = match find_plugin(t, cni_path) {
-            Ok(path) => Item {
-                what: Precondition::Plugin(t.to_owned()),
-                path,
-                ok: true,
-                reason: String::new(),
-                fatal: false,
-            },
-            Err(reason) => Item {
-                what: Precondition::Plugin(t.to_owned()),
+            Ok(path) => Item::holds(what, path),
+            Err(e) => Item {
+                what,
                 path: PathBuf::from(t),
-                ok: false,
-                reason,
-                fatal: false,
+                problem: Some(e),
             },
         };
         report.items.push(item);
@@ -165,22 +177,17 @@ fn check_config(
 ) -> Option<NetworkConfig> {
     match NetworkConfig::load(path, &cfg.plugin_type) {
         Ok(conf) => {
-            report.items.push(Item {
-                what,
-                path: path.to_owned(),
-                ok: true,
-                reason: String::new(),
-                fatal: false,
-            });
+            report.items.push(Item::holds(what, path.to_owned()));
             if conf.loosely_writable {
                 report.warnings.push(path.to_owned());
                 if cfg.strict_permissions {
                     report.items.push(Item {
                         what: Precondition::Permissions,
                         path: path.to_owned(),
-                        ok: false,
-                        reason: "is writable by group or others (strictPermissions is set)".into(),
-                        fatal: true,
+                        problem: Some(Error::new(
+                            Kind::Misconfigured,
+                            "is writable by group or others (strictPermissions is set)",
+                        )),
                     });
                 }
             }
@@ -190,9 +197,7 @@ fn check_config(
             report.items.push(Item {
                 what,
                 path: path.to_owned(),
-                ok: false,
-                reason: problem.reason,
-                fatal: problem.fatal,
+                problem: Some(problem),
             });
             None
         }
@@ -253,7 +258,7 @@ mod tests {
         let r = check(&f.config(&d, &[&a]), &[f.bin()]);
         assert!(r.ready(), "{:?}", r.items);
         assert_eq!(r.items.len(), 4);
-        assert!(r.error(11).is_none());
+        assert!(r.error().is_none());
         assert_eq!(r.delegate.unwrap().name, "m");
     }
 
@@ -266,19 +271,16 @@ mod tests {
             r#"{"cniVersion":"0.3.1","name":"c","plugins":[{"type":"cilium-cni"}]}"#,
         );
         let r = check(&f.config(&d, &[&a]), &[f.bin()]);
-        let e = r.error(11).unwrap();
-        assert_eq!(e.code(), 11);
+        let e = r.error().unwrap();
+        assert_eq!(*e.kind(), Kind::NotReady);
         assert!(e.msg().contains(d.to_str().unwrap()), "{}", e.msg());
         assert!(e.msg().contains("does not exist"));
-        let Error::Cni { details, .. } = e else {
-            panic!()
-        };
+        let details = e.details().unwrap();
         assert!(details.contains("cilium-cni"), "{details}");
         assert_eq!(
             r.watch_dirs(&[f.bin()]),
             vec![f.dir.path().to_owned(), f.bin()]
         );
-        assert_eq!(r.error(50).unwrap().code(), 50);
     }
 
     #[test]
@@ -288,8 +290,8 @@ mod tests {
             "00-multus.conf",
             r#"{"cniVersion":"1.0.0","name":"m","type":"cni-guard"}"#,
         );
-        let e = check(&f.config(&d, &[]), &[f.bin()]).error(11).unwrap();
-        assert_eq!(e.code(), 7);
+        let e = check(&f.config(&d, &[]), &[f.bin()]).error().unwrap();
+        assert_eq!(*e.kind(), Kind::Misconfigured);
         assert!(e.msg().contains("misconfigured"), "{}", e.msg());
     }
 
@@ -304,6 +306,9 @@ mod tests {
         assert!(r.ready());
         assert_eq!(r.warnings, vec![d.clone()]);
         cfg.strict_permissions = true;
-        assert_eq!(check(&cfg, &[f.bin()]).error(11).unwrap().code(), 7);
+        assert_eq!(
+            *check(&cfg, &[f.bin()]).error().unwrap().kind(),
+            Kind::Misconfigured
+        );
     }
 }

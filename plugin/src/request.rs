@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use crate::error::{code, Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::names;
 
 /// Upper bound on stdin. A guard config with a GC attachment list for thousands of pods is well
@@ -39,7 +39,7 @@ impl Command {
         }
     }
 
-    fn parse(s: &str) -> Option<Command> {
+    pub fn parse(s: &str) -> Option<Command> {
         Some(match s {
             "ADD" => Command::Add,
             "DEL" => Command::Del,
@@ -81,10 +81,10 @@ pub fn command(getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Command> {
     let s = raw.to_string_lossy();
     Command::parse(&s).ok_or_else(|| {
         Error::new(
-            code::INVALID_ENV,
+            Kind::BadEnv,
             format!("unknown CNI_COMMAND {:?}", truncate(&s, 64)),
-            "expected one of ADD, DEL, CHECK, STATUS, GC, VERSION",
         )
+        .with_details("expected one of ADD, DEL, CHECK, STATUS, GC, VERSION")
     })
 }
 
@@ -131,13 +131,12 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
     }
     if !problems.is_empty() {
         return Err(Error::new(
-            code::INVALID_ENV,
+            Kind::BadEnv,
             format!(
                 "invalid CNI parameters for {}: {}",
                 command.as_str(),
                 problems.join("; ")
             ),
-            "",
         ));
     }
     let cni_path = path
@@ -172,15 +171,14 @@ pub fn read_stdin(mut input: impl Read) -> Result<Vec<u8>> {
         .by_ref()
         .take(MAX_STDIN + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| Error::new(code::IO_FAILURE, format!("cannot read stdin: {e}"), ""))?;
+        .map_err(|e| Error::new(Kind::Io, format!("cannot read stdin: {e}")))?;
     if n as u64 > MAX_STDIN {
         return Err(Error::new(
-            code::DECODE_FAILURE,
+            Kind::BadInput,
             format!(
                 "network configuration on stdin is larger than {} MiB",
                 MAX_STDIN >> 20
             ),
-            "",
         ));
     }
     Ok(buf)
@@ -228,7 +226,7 @@ mod tests {
     fn reports_every_missing_variable() {
         let e = env(&[("CNI_COMMAND", "ADD")]);
         let err = parse_env(Command::Add, &e).unwrap_err();
-        assert_eq!(err.code(), 4);
+        assert_eq!(err.code(Command::Add), 4);
         for name in ["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"] {
             assert!(err.msg().contains(name), "{name} in {}", err.msg());
         }
@@ -249,9 +247,9 @@ mod tests {
     fn unknown_and_lowercase_commands_are_code_4() {
         for c in ["add", "", "FOO", "ADD "] {
             let e = env(&[("CNI_COMMAND", c)]);
-            assert_eq!(command(&e).unwrap_err().code(), 4, "{c:?}");
+            assert_eq!(command(&e).unwrap_err().code(Command::Add), 4, "{c:?}");
         }
-        assert_eq!(command(&env(&[])).unwrap_err().code(), 4);
+        assert_eq!(command(&env(&[])).unwrap_err().code(Command::Add), 4);
     }
 
     #[test]
@@ -262,7 +260,7 @@ mod tests {
             ("CNI_PATH", "/b"),
         ]);
         let err = parse_env(Command::Del, &e).unwrap_err();
-        assert_eq!(err.code(), 4);
+        assert_eq!(err.code(Command::Add), 4);
         assert!(
             err.msg().contains(
                 "CNI_CONTAINERID \"../x\" must start with a letter or digit and contain only \
@@ -287,7 +285,7 @@ mod tests {
     #[test]
     fn bounds_stdin() {
         let big = std::io::repeat(b' ').take(MAX_STDIN + 10);
-        assert_eq!(read_stdin(big).unwrap_err().code(), 6);
+        assert_eq!(read_stdin(big).unwrap_err().code(Command::Add), 6);
         assert_eq!(read_stdin(&b"{}"[..]).unwrap(), b"{}");
     }
 }

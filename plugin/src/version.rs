@@ -8,6 +8,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::error::{Error, Kind};
+
 /// Versions the guard itself speaks (its own conflist's cniVersion).
 pub const SUPPORTED: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 /// The newest version, used when a request carries none we can answer in.
@@ -64,26 +66,29 @@ impl Version {
 /// Converts a result (any supported shape) into the shape and cniVersion of `target`.
 ///
 /// `fallback_version` is used when the result does not say its own version (libcni then assumes
-/// the version of the configuration that produced it).
+/// the version of the configuration that produced it). A result that cannot be converted is
+/// [`Kind::BadInput`]; the message says why ("result has ...") for the caller to put in context.
 pub fn convert_result(
     result: &Value,
     fallback_version: &str,
     target: &str,
-) -> Result<Value, String> {
+) -> Result<Value, Error> {
     let obj = result
         .as_object()
-        .ok_or_else(|| "result is not a JSON object".to_owned())?;
+        .ok_or_else(|| invalid("result is not a JSON object"))?;
     let source = match obj.get("cniVersion") {
         Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err("result cniVersion is not a string".to_owned()),
+        Some(_) => return Err(invalid("result cniVersion is not a string")),
         None => fallback_version,
     };
     let src = Version::parse(source)
-        .ok_or_else(|| format!("result has invalid cniVersion {source:?}"))?;
-    let dst =
-        Version::parse(target).ok_or_else(|| format!("invalid target cniVersion {target:?}"))?;
+        .ok_or_else(|| invalid(format!("result has invalid cniVersion {source:?}")))?;
+    let dst = Version::parse(target)
+        .ok_or_else(|| invalid(format!("invalid target cniVersion {target:?}")))?;
     if dst < Version::V0_3_0 {
-        return Err(format!("cannot convert a result to cniVersion {target}"));
+        return Err(invalid(format!(
+            "cannot convert a result to cniVersion {target}"
+        )));
     }
     let mut out = if src < Version::V0_3_0 {
         from_020(obj)?
@@ -105,13 +110,21 @@ pub fn convert_result(
     Ok(Value::Object(out))
 }
 
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(Kind::BadInput, msg)
+}
+
 /// Light validation of a 0.3.0+ result: the list fields, when present, are lists of objects.
-fn check_shape(obj: &Map<String, Value>) -> Result<(), String> {
+fn check_shape(obj: &Map<String, Value>) -> Result<(), Error> {
     for key in ["interfaces", "ips", "routes"] {
         match obj.get(key) {
             None | Some(Value::Null) => {}
             Some(Value::Array(items)) if items.iter().all(Value::is_object) => {}
-            Some(_) => return Err(format!("result field {key:?} is not a list of objects")),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "result field {key:?} is not a list of objects"
+                )))
+            }
         }
     }
     if let Some(Value::Array(ips)) = obj.get("ips") {
@@ -119,12 +132,12 @@ fn check_shape(obj: &Map<String, Value>) -> Result<(), String> {
             .iter()
             .any(|ip| !ip.get("address").is_some_and(Value::is_string))
         {
-            return Err("result has an ips entry without an address".to_owned());
+            return Err(invalid("result has an ips entry without an address"));
         }
     }
     match obj.get("dns") {
         None | Some(Value::Null) | Some(Value::Object(_)) => Ok(()),
-        Some(_) => Err("result field \"dns\" is not an object".to_owned()),
+        Some(_) => Err(invalid("result field \"dns\" is not an object")),
     }
 }
 
@@ -138,18 +151,18 @@ fn family_of(address: &str) -> &'static str {
 }
 
 /// 0.1.0/0.2.0 (`ip4`, `ip6`, `dns`) to the 0.3.0+ shape.
-fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>, Error> {
     let mut ips = Vec::new();
     let mut routes = Vec::new();
     for (key, family) in [("ip4", "4"), ("ip6", "6")] {
         let Some(cfg) = obj.get(key) else { continue };
         let cfg = cfg
             .as_object()
-            .ok_or_else(|| format!("result field {key:?} is not an object"))?;
+            .ok_or_else(|| invalid(format!("result field {key:?} is not an object")))?;
         let address = cfg
             .get("ip")
             .and_then(Value::as_str)
-            .ok_or_else(|| format!("result field {key:?} has no ip"))?;
+            .ok_or_else(|| invalid(format!("result field {key:?} has no ip")))?;
         let mut ip = Map::new();
         ip.insert("version".into(), family.into());
         ip.insert("address".into(), address.into());

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::GuardConfig;
-use crate::readiness::{self, Report};
+use crate::readiness::{self, Item, Report};
 use crate::sys::{Inotify, DIR_CHANGES};
 
 /// Fallback step when inotify itself is unavailable (out of instances or watches).
@@ -46,7 +46,7 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
 }
 
 fn done(report: &Report) -> bool {
-    report.ready() || report.failures().any(|f| f.fatal)
+    report.ready() || report.failures().any(Item::fatal)
 }
 
 /// Watches the directories that matter, or the nearest ancestor that exists. False when some

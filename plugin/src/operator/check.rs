@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::files::{conf_files, under_root};
-use super::{Failure, Flags};
+use super::Flags;
 use crate::config::GuardConfig;
-use crate::error::code;
+use crate::error::{code, Error, Kind, Result};
 use crate::readiness::{self, Precondition};
+use crate::request::Command;
 
 const HELP: &str = "\
 Usage: cni-guard check --config FILE [--host-root DIR] [--cni-path DIRS] [--json]
@@ -107,7 +108,7 @@ struct Verdict {
     warnings: Vec<String>,
 }
 
-pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
+pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut flags = Flags::new(args);
     let mut config: Option<PathBuf> = None;
     let mut host_root: Option<PathBuf> = None;
@@ -126,7 +127,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
             other => return Err(Flags::unknown(other)),
         }
     }
-    let config = config.ok_or_else(|| Failure::usage("--config is required"))?;
+    let config = config.ok_or_else(|| Error::usage("--config is required"))?;
     let cni_path = CniPath::choose(cni_path_flag, std::env::var_os("CNI_PATH"));
     let verdict = assess(&config, host_root.as_deref(), cni_path);
     if json {
@@ -174,11 +175,11 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
                 plugin_type: None,
                 path: shown(config),
                 ok: false,
-                reason: unroot(e.msg()),
+                reason: unroot(e.msg().to_owned()),
             });
             verdict.message = Some(format!(
                 "the guard's configuration is not usable here: {}",
-                unroot(e.msg())
+                unroot(e.msg().to_owned())
             ));
             return verdict;
         }
@@ -209,8 +210,8 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
             check,
             plugin_type,
             path: shown(&item.path),
-            ok: item.ok,
-            reason: unroot(item.reason.clone()),
+            ok: item.ok(),
+            reason: unroot(item.reason().to_owned()),
         });
     }
 
@@ -218,7 +219,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
     let recursive = report
         .items
         .iter()
-        .find(|i| i.fatal && matches!(i.what, Precondition::Delegate | Precondition::Attachment));
+        .find(|i| i.fatal() && matches!(i.what, Precondition::Delegate | Precondition::Attachment));
     verdict.items.push(match recursive {
         Some(item) => Line {
             check: "recursion",
@@ -247,7 +248,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
                 "sorts first in {}",
                 config.parent().map(&shown).unwrap_or_default()
             ),
-            Err(reason) => reason.clone(),
+            Err(e) => e.msg().to_owned(),
         },
     });
     verdict.warnings = report
@@ -256,15 +257,15 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         .map(|p| format!("{} is writable by group or others", shown(p)))
         .collect();
 
-    match report.error(code::TRY_AGAIN_LATER) {
+    match report.error() {
         Some(e) => {
-            verdict.code = Some(e.code());
-            verdict.message = Some(unroot(e.msg()));
+            verdict.code = Some(e.code(Command::Add));
+            verdict.message = Some(unroot(e.msg().to_owned()));
         }
         None if first.is_err() => {
             verdict.message = Some(format!(
                 "the guard is not in force: containerd uses another config ({})",
-                first.unwrap_err()
+                first.unwrap_err().msg()
             ));
         }
         None => verdict.ready = true,
@@ -272,18 +273,20 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
     verdict
 }
 
-/// `Ok` when `config` is the first file containerd would consider in its folder.
-fn first_in_conf_dir(config: &Path) -> Result<(), String> {
+/// `Ok` when `config` is the first file containerd would consider in its folder; the error says
+/// why not, after the file's path.
+fn first_in_conf_dir(config: &Path) -> Result<()> {
     let dir = config.parent().unwrap_or(Path::new("."));
-    let name = config
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| "has no file name".to_string())?;
-    let files = conf_files(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let misplaced = |why: String| Err(Error::new(Kind::Misconfigured, why));
+    let Some(name) = config.file_name().and_then(|n| n.to_str()) else {
+        return misplaced("has no file name".to_string());
+    };
+    let files = conf_files(dir)
+        .map_err(|e| Error::new(Kind::Io, format!("cannot list {}: {e}", dir.display())))?;
     match files.first() {
         Some(first) if first == name => Ok(()),
-        Some(first) => Err(format!("{first} sorts before it")),
-        None => Err("is not in its folder".to_string()),
+        Some(first) => misplaced(format!("{first} sorts before it")),
+        None => misplaced("is not in its folder".to_string()),
     }
 }
 

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::files::{conf_files_before, write_atomically, Written};
 use super::spec::{GuardFile, PLUGIN_TYPE, SPEC_FLAGS_HELP};
-use super::{Failure, Flags};
+use super::Flags;
+use crate::error::{Error, Kind, Result};
 
 fn help() -> String {
     format!(
@@ -30,7 +31,7 @@ Also written by this process:
     )
 }
 
-pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
+pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut flags = Flags::new(args);
     let mut spec = GuardFile::default();
     let mut bin_dir: Option<PathBuf> = None;
@@ -51,13 +52,16 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
         }
     }
     let conf_dir = spec.validate()?;
-    let bin_dir = bin_dir.ok_or_else(|| Failure::usage("--bin-dir is required"))?;
+    let bin_dir = bin_dir.ok_or_else(|| Error::usage("--bin-dir is required"))?;
     for dir in [&bin_dir, &conf_dir.to_path_buf()] {
         if !dir.is_dir() {
-            return Err(Failure::failed(format!(
-                "{} is not a directory (is the host folder mounted?)",
-                dir.display()
-            )));
+            return Err(Error::new(
+                Kind::Misconfigured,
+                format!(
+                    "{} is not a directory (is the host folder mounted?)",
+                    dir.display()
+                ),
+            ));
         }
     }
 
@@ -65,53 +69,59 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
 
     let program = read_binary(binary.as_deref())?;
     let outcome = write_atomically(&bin_dir, PLUGIN_TYPE, &program, 0o755).map_err(|e| {
-        Failure::failed(format!(
-            "writing {}: {e}",
-            bin_dir.join(PLUGIN_TYPE).display()
-        ))
+        Error::new(
+            Kind::Io,
+            format!("writing {}: {e}", bin_dir.join(PLUGIN_TYPE).display()),
+        )
     })?;
     report(&bin_dir.join(PLUGIN_TYPE), outcome);
 
     let conf_path = conf_dir.join(&spec.conf_name);
     let outcome = write_atomically(conf_dir, &spec.conf_name, &spec.render(), 0o644)
-        .map_err(|e| Failure::failed(format!("writing {}: {e}", conf_path.display())))?;
+        .map_err(|e| Error::new(Kind::Io, format!("writing {}: {e}", conf_path.display())))?;
     report(&conf_path, outcome);
     Ok(0)
 }
 
 /// Fails when a config in `conf_dir` sorts before `conf_name`.
-pub fn refuse_unless_first(conf_dir: &Path, conf_name: &str) -> Result<(), Failure> {
+pub fn refuse_unless_first(conf_dir: &Path, conf_name: &str) -> Result<()> {
     let before = conf_files_before(conf_dir, conf_name)
-        .map_err(|e| Failure::failed(format!("listing {}: {e}", conf_dir.display())))?;
+        .map_err(|e| Error::new(Kind::Io, format!("listing {}: {e}", conf_dir.display())))?;
     if before.is_empty() {
         return Ok(());
     }
-    Err(Failure::failed(format!(
+    Err(Error::new(
+        Kind::Misconfigured,
+        format!(
         "refusing to install: {} sorts before {conf_name} in {}, so containerd would use it and \
          the guard would not be in force; move it out of the conf dir or choose a --conf-name \
          that sorts first (nothing was written)",
         before.join(", "),
         conf_dir.display(),
-    )))
+    ),
+    ))
 }
 
-fn read_binary(binary: Option<&Path>) -> Result<Vec<u8>, Failure> {
+fn read_binary(binary: Option<&Path>) -> Result<Vec<u8>> {
     // /proc/self/exe is this program even when its path is gone or not visible here.
     let source = binary.unwrap_or(Path::new("/proc/self/exe"));
     let bytes = match fs::read(source) {
         Ok(bytes) => bytes,
         Err(_) if binary.is_none() => std::env::current_exe()
             .and_then(fs::read)
-            .map_err(|e| Failure::failed(format!("reading this program's binary: {e}")))?,
+            .map_err(|e| Error::new(Kind::Io, format!("reading this program's binary: {e}")))?,
         Err(e) => {
-            return Err(Failure::failed(format!(
-                "reading {}: {e}",
-                source.display()
-            )))
+            return Err(Error::new(
+                Kind::Io,
+                format!("reading {}: {e}", source.display()),
+            ))
         }
     };
     if bytes.is_empty() {
-        return Err(Failure::failed(format!("{} is empty", source.display())));
+        return Err(Error::new(
+            Kind::Misconfigured,
+            format!("{} is empty", source.display()),
+        ));
     }
     Ok(bytes)
 }

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use super::files::{conf_files_before, is_conf_name, write_atomically, Written};
 use super::spec::{GuardFile, SPEC_FLAGS_HELP};
-use super::{Failure, Flags};
+use super::Flags;
+use crate::error::{Error, Kind, Result};
 use crate::sys::daemon::{signal_name, wait_readable, DirWatch, TermSignals};
 
 fn help() -> String {
@@ -43,7 +44,7 @@ const WATCH_MASK: u32 = libc::IN_CREATE
 /// After a failed write, try again this often (milliseconds) until it succeeds.
 const RETRY_MS: i32 = 500;
 
-pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
+pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut flags = Flags::new(args);
     let mut spec = GuardFile::default();
     while let Some(flag) = flags.next_flag()? {
@@ -67,10 +68,11 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
         content: spec.render(),
     };
     // Signals first: a SIGTERM from here on is queued for the loop, never half-handled.
-    let signals = TermSignals::block().map_err(|e| Failure::failed(format!("signalfd: {e}")))?;
+    let signals =
+        TermSignals::block().map_err(|e| Error::new(Kind::Io, format!("signalfd: {e}")))?;
     // The watch before the first write, so nothing that happens in between goes unseen.
     let watch = DirWatch::new(&keeper.dir, WATCH_MASK)
-        .map_err(|e| Failure::failed(format!("watching {}: {e}", keeper.dir.display())))?;
+        .map_err(|e| Error::new(Kind::Io, format!("watching {}: {e}", keeper.dir.display())))?;
 
     let mut pending = !keeper.ensure("wrote");
     let mut warned = BTreeSet::new();
@@ -84,11 +86,11 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
     loop {
         let timeout = if pending { RETRY_MS } else { -1 };
         let ready = wait_readable(&[signals.as_fd(), watch.as_fd()], timeout)
-            .map_err(|e| Failure::failed(format!("poll: {e}")))?;
+            .map_err(|e| Error::new(Kind::Io, format!("poll: {e}")))?;
         if ready[0] {
             if let Some(signo) = signals
                 .take()
-                .map_err(|e| Failure::failed(format!("signalfd: {e}")))?
+                .map_err(|e| Error::new(Kind::Io, format!("signalfd: {e}")))?
             {
                 log(&format!(
                     "{}: exiting; {} left as it is",
@@ -103,14 +105,17 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
         if ready[1] {
             let events = watch
                 .read_events()
-                .map_err(|e| Failure::failed(format!("reading inotify events: {e}")))?;
+                .map_err(|e| Error::new(Kind::Io, format!("reading inotify events: {e}")))?;
             for event in &events {
                 if event.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED) != 0
                 {
-                    return Err(Failure::failed(format!(
+                    return Err(Error::new(
+                        Kind::Failed,
+                        format!(
                         "{} itself was removed or moved; exiting so that a restart watches it anew",
                         keeper.dir.display()
-                    )));
+                    ),
+                    ));
                 }
                 if event.mask & libc::IN_Q_OVERFLOW != 0 {
                     recheck = true;

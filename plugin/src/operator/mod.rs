@@ -15,6 +15,8 @@ mod uninstall;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use crate::error::{Error, Result};
+
 /// The CNI specification versions the guard speaks, as `--version` reports them.
 pub use crate::version::SUPPORTED as SPEC_VERSIONS;
 
@@ -70,35 +72,14 @@ pub fn version_line() -> String {
     )
 }
 
-fn finish(command: &str, outcome: Result<i32, Failure>) -> i32 {
+/// The operator edge: a command's error is its message on stderr and its exit code (2 for a
+/// wrong command line, 1 for everything else).
+fn finish(command: &str, outcome: Result<i32>) -> i32 {
     match outcome {
         Ok(code) => code,
-        Err(failure) => {
-            eprintln!("cni-guard {command}: {}", failure.message);
-            failure.code
-        }
-    }
-}
-
-/// Why a command stopped: exit code 1 (failed or refused) or 2 (wrong command line).
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub code: i32,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            code: 2,
-            message: format!("{}; see --help", message.into()),
-        }
-    }
-
-    pub fn failed(message: impl Into<String>) -> Failure {
-        Failure {
-            code: 1,
-            message: message.into(),
+        Err(e) => {
+            eprintln!("cni-guard {command}: {}", e.msg());
+            e.exit_code()
         }
     }
 }
@@ -118,18 +99,18 @@ impl Flags {
     }
 
     /// The next flag's name (`--bin-dir`), or `None` at the end.
-    pub fn next_flag(&mut self) -> Result<Option<String>, Failure> {
+    pub fn next_flag(&mut self) -> Result<Option<String>> {
         if let Some(value) = self.inline.take() {
-            return Err(Failure::usage(format!("unexpected value {value:?}")));
+            return Err(Error::usage(format!("unexpected value {value:?}")));
         }
         let Some(arg) = self.args.next() else {
             return Ok(None);
         };
         let arg = arg
             .into_string()
-            .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))?;
+            .map_err(|a| Error::usage(format!("argument {a:?} is not UTF-8")))?;
         if !arg.starts_with('-') {
-            return Err(Failure::usage(format!("unexpected argument {arg:?}")));
+            return Err(Error::usage(format!("unexpected argument {arg:?}")));
         }
         match arg.split_once('=') {
             Some((name, value)) if arg.starts_with("--") => {
@@ -141,29 +122,29 @@ impl Flags {
     }
 
     /// The value of `flag`, given inline or as the next argument.
-    pub fn value(&mut self, flag: &str) -> Result<String, Failure> {
+    pub fn value(&mut self, flag: &str) -> Result<String> {
         if let Some(value) = self.inline.take() {
             return Ok(value);
         }
         match self.args.next() {
             Some(value) => value
                 .into_string()
-                .map_err(|v| Failure::usage(format!("{flag}: value {v:?} is not UTF-8"))),
-            None => Err(Failure::usage(format!("{flag} needs a value"))),
+                .map_err(|v| Error::usage(format!("{flag}: value {v:?} is not UTF-8"))),
+            None => Err(Error::usage(format!("{flag} needs a value"))),
         }
     }
 
-    pub fn path(&mut self, flag: &str) -> Result<PathBuf, Failure> {
+    pub fn path(&mut self, flag: &str) -> Result<PathBuf> {
         let value = self.value(flag)?;
         if value.is_empty() {
-            return Err(Failure::usage(format!("{flag} needs a non-empty path")));
+            return Err(Error::usage(format!("{flag} needs a non-empty path")));
         }
         Ok(PathBuf::from(value))
     }
 
     /// Fails when `name` was unknown to the caller.
-    pub fn unknown(name: &str) -> Failure {
-        Failure::usage(format!("unknown flag {name}"))
+    pub fn unknown(name: &str) -> Error {
+        Error::usage(format!("unknown flag {name}"))
     }
 }
 
@@ -188,9 +169,9 @@ mod tests {
 
     #[test]
     fn flags_reject_positional_and_unused_inline_values() {
-        assert_eq!(flags(&["stray"]).next_flag().unwrap_err().code, 2);
+        assert_eq!(flags(&["stray"]).next_flag().unwrap_err().exit_code(), 2);
         let mut f = flags(&["--json=yes"]);
         assert_eq!(f.next_flag().unwrap().as_deref(), Some("--json"));
-        assert_eq!(f.next_flag().unwrap_err().code, 2);
+        assert_eq!(f.next_flag().unwrap_err().exit_code(), 2);
     }
 }

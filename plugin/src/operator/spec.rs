@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::{Failure, Flags, SPEC_VERSIONS};
+use super::{Flags, SPEC_VERSIONS};
 use crate::config::{Entry, Field, Seconds, DELEGATE_TIMEOUT, LOCK_WAIT, STATUS_TIMEOUT, WAIT};
-use crate::error::code;
+use crate::error::{Error, Kind, Result};
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
 pub const DEFAULT_NETWORK_NAME: &str = "guarded-pod-network";
@@ -132,7 +132,7 @@ struct Conflist<'a> {
 
 impl GuardFile {
     /// Takes `flag` if it is one of the conflist flags; `Ok(false)` when it is not.
-    pub fn take_flag(&mut self, flag: &str, flags: &mut Flags) -> Result<bool, Failure> {
+    pub fn take_flag(&mut self, flag: &str, flags: &mut Flags) -> Result<bool> {
         match flag {
             "--conf-dir" => self.conf_dir = Some(flags.path(flag)?),
             "--conf-name" => self.conf_name = flags.value(flag)?,
@@ -166,7 +166,7 @@ impl GuardFile {
                             .ok()
                             .filter(|s| bounds.allows(*s as f64))
                             .ok_or_else(|| {
-                                Failure::usage(format!(
+                                Error::usage(format!(
                                     "{flag}: {value:?} is not a whole number from {} to {}",
                                     if bounds.zero { 0 } else { 1 },
                                     bounds.max
@@ -180,7 +180,7 @@ impl GuardFile {
                     Takes::Capability => {
                         let name = flags.value(flag)?;
                         if name.is_empty() {
-                            return Err(Failure::usage(format!("{flag} {name:?}: empty name")));
+                            return Err(Error::usage(format!("{flag} {name:?}: empty name")));
                         }
                         match self
                             .keys
@@ -215,29 +215,29 @@ impl GuardFile {
     }
 
     /// Checks the flags together, by the plugin's own rules; returns the conf dir to write into.
-    pub fn validate(&self) -> Result<&Path, Failure> {
+    pub fn validate(&self) -> Result<&Path> {
         let conf_dir = self
             .conf_dir
             .as_deref()
-            .ok_or_else(|| Failure::usage("--conf-dir is required"))?;
+            .ok_or_else(|| Error::usage("--conf-dir is required"))?;
         if !self.keys.contains_key("delegate") {
-            return Err(Failure::usage("--delegate is required"));
+            return Err(Error::usage("--delegate is required"));
         }
         if !self.conf_name.ends_with(".conflist") || self.conf_name.contains('/') {
-            return Err(Failure::usage(format!(
+            return Err(Error::usage(format!(
                 "--conf-name {:?}: must be a file name ending in .conflist",
                 self.conf_name
             )));
         }
         if self.conf_name.starts_with('.') {
-            return Err(Failure::usage("--conf-name must not start with a dot"));
+            return Err(Error::usage("--conf-name must not start with a dot"));
         }
         if let Err(invalid) = self.entry().validate() {
             let mut message = format!("{}: {}", flag_for(invalid.key), invalid.error.msg());
-            if invalid.error.code() == code::INCOMPATIBLE_VERSION {
+            if *invalid.error.kind() == Kind::Unsupported {
                 message.push_str(&format!(" (supported are {})", SPEC_VERSIONS.join(", ")));
             }
-            return Err(Failure::usage(message));
+            return Err(Error::usage(message));
         }
         Ok(conf_dir)
     }
@@ -259,10 +259,10 @@ impl GuardFile {
 }
 
 /// A path flag's value, which must not be empty.
-fn path(flags: &mut Flags, flag: &str) -> Result<String, Failure> {
+fn path(flags: &mut Flags, flag: &str) -> Result<String> {
     let value = flags.value(flag)?;
     if value.is_empty() {
-        return Err(Failure::usage(format!("{flag} needs a non-empty path")));
+        return Err(Error::usage(format!("{flag} needs a non-empty path")));
     }
     Ok(value)
 }
@@ -277,7 +277,7 @@ mod tests {
     use crate::config::{GuardConfig, INJECTED_KEYS};
 
     /// A `GuardFile` from conflist flags, as `install` and `keep` build it.
-    fn file(args: &[&str]) -> Result<GuardFile, Failure> {
+    fn file(args: &[&str]) -> Result<GuardFile> {
         let mut flags = Flags::new(args.iter().map(OsString::from).collect());
         let mut spec = GuardFile::default();
         while let Some(flag) = flags.next_flag()? {
@@ -293,7 +293,7 @@ mod tests {
         "--delegate=/etc/cni/net.d/00-multus.conf",
     ];
 
-    fn with(extra: &[&str]) -> Result<GuardFile, Failure> {
+    fn with(extra: &[&str]) -> Result<GuardFile> {
         file(&[&BASE[..], extra].concat())
     }
 
@@ -495,20 +495,20 @@ mod tests {
                 Ok(spec) => spec.validate().map(|_| ()).unwrap_err(),
                 Err(e) => e,
             };
-            assert_eq!(err.code, 2, "{extra:?}");
-            assert!(err.message.contains(want), "{extra:?}: {}", err.message);
+            assert_eq!(err.exit_code(), 2, "{extra:?}");
+            assert!(err.msg().contains(want), "{extra:?}: {}", err.msg());
         }
         let no_conf_dir = file(&["--delegate=/d.conf"]).unwrap();
         assert!(no_conf_dir
             .validate()
             .unwrap_err()
-            .message
+            .msg()
             .contains("--conf-dir is required"));
         let no_delegate = file(&["--conf-dir=/c"]).unwrap();
         assert!(no_delegate
             .validate()
             .unwrap_err()
-            .message
+            .msg()
             .contains("--delegate is required"));
     }
 }

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use super::files::remove_durably;
 use super::spec::{DEFAULT_CONF_NAME, PLUGIN_TYPE};
-use super::{Failure, Flags};
+use super::Flags;
+use crate::error::{Error, Kind, Result};
 use crate::sys::daemon::{signal_name, wait_readable, TermSignals};
 
 const HELP: &str = "\
@@ -26,7 +27,7 @@ Paths as mounted in this container:
                          pods show by running that their node is done)
 ";
 
-pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
+pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut flags = Flags::new(args);
     let mut bin_dir: Option<PathBuf> = None;
     let mut conf_dir: Option<PathBuf> = None;
@@ -45,17 +46,17 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
             other => return Err(Flags::unknown(other)),
         }
     }
-    let bin_dir = bin_dir.ok_or_else(|| Failure::usage("--bin-dir is required"))?;
-    let conf_dir = conf_dir.ok_or_else(|| Failure::usage("--conf-dir is required"))?;
+    let bin_dir = bin_dir.ok_or_else(|| Error::usage("--bin-dir is required"))?;
+    let conf_dir = conf_dir.ok_or_else(|| Error::usage("--conf-dir is required"))?;
     if conf_name.contains('/') || conf_name.is_empty() {
-        return Err(Failure::usage(format!(
+        return Err(Error::usage(format!(
             "--conf-name {conf_name:?}: must be a file name"
         )));
     }
     // Block the stop signals before doing anything, so a SIGTERM during removal cannot cut the
     // pair in half; it is seen (and honoured) only once both are gone.
     let signals = if stay {
-        Some(TermSignals::block().map_err(|e| Failure::failed(format!("signalfd: {e}")))?)
+        Some(TermSignals::block().map_err(|e| Error::new(Kind::Io, format!("signalfd: {e}")))?)
     } else {
         None
     };
@@ -66,10 +67,13 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
             Ok(true) => println!("removed {}", path.display()),
             Ok(false) => println!("absent {}", path.display()),
             Err(e) => {
-                return Err(Failure::failed(format!(
-                    "removing {}: {e} (nothing after it was removed)",
-                    path.display()
-                )))
+                return Err(Error::new(
+                    Kind::Io,
+                    format!(
+                        "removing {}: {e} (nothing after it was removed)",
+                        path.display()
+                    ),
+                ))
             }
         }
     }
@@ -78,10 +82,10 @@ pub fn run(args: Vec<OsString>) -> Result<i32, Failure> {
         println!("uninstalled; waiting for SIGTERM");
         loop {
             wait_readable(&[signals.as_fd()], -1)
-                .map_err(|e| Failure::failed(format!("poll: {e}")))?;
+                .map_err(|e| Error::new(Kind::Io, format!("poll: {e}")))?;
             if let Some(signo) = signals
                 .take()
-                .map_err(|e| Failure::failed(format!("signalfd: {e}")))?
+                .map_err(|e| Error::new(Kind::Io, format!("signalfd: {e}")))?
             {
                 println!("{}: exiting", signal_name(signo));
                 break;

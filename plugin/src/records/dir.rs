@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::error::{code, Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::sys;
 use crate::sys::at;
 
@@ -41,10 +41,10 @@ impl DirMeta {
 pub(super) fn check_dir(path: &Path, meta: &DirMeta) -> Result<()> {
     let refuse = |why: &str| {
         Err(Error::new(
-            code::INVALID_CONFIG,
+            Kind::Misconfigured,
             format!("cacheDir {} {why}", path.display()),
-            "the guard keeps its records only in a private directory it owns",
-        ))
+        )
+        .with_details("the guard keeps its records only in a private directory it owns"))
     };
     if meta.is_symlink {
         return refuse("is a symlink");
@@ -68,23 +68,19 @@ pub(super) fn check_dir(path: &Path, meta: &DirMeta) -> Result<()> {
 pub(super) fn dir_open_error(path: &Path, e: &io::Error) -> Error {
     match e.raw_os_error() {
         Some(libc::ELOOP) => Error::new(
-            code::INVALID_CONFIG,
+            Kind::Misconfigured,
             format!("cacheDir {} is a symlink", path.display()),
-            "the guard keeps its records only in a private directory it owns",
-        ),
+        )
+        .with_details("the guard keeps its records only in a private directory it owns"),
         Some(libc::ENOTDIR) => Error::new(
-            code::INVALID_CONFIG,
+            Kind::Misconfigured,
             format!("cacheDir {} is not a directory", path.display()),
-            "the guard keeps its records only in a private directory it owns",
-        ),
+        )
+        .with_details("the guard keeps its records only in a private directory it owns"),
         _ => io_error(path, "open", e),
     }
 }
 
 pub(super) fn io_error(path: &Path, what: &str, e: &io::Error) -> Error {
-    Error::new(
-        code::IO_FAILURE,
-        format!("cannot {what} {}: {e}", path.display()),
-        "",
-    )
+    Error::new(Kind::Io, format!("cannot {what} {}: {e}", path.display()))
 }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::error::{Error, Kind, Result};
+
 /// What DEL needs to know about an attachment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -49,9 +51,10 @@ impl Record {
         out
     }
 
-    /// Parses a record file's bytes.
-    pub fn decode(bytes: &[u8]) -> std::result::Result<Record, String> {
-        let f: RecordFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    /// Parses a record file's bytes; the error ([`Kind::BadInput`]) says why.
+    pub fn decode(bytes: &[u8]) -> Result<Record> {
+        let f: RecordFile =
+            serde_json::from_slice(bytes).map_err(|e| Error::new(Kind::BadInput, e.to_string()))?;
         Ok(Record {
             container_id: f.container_id,
             ifname: f.ifname,

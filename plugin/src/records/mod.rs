@@ -49,7 +49,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::{code, Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::names;
 use crate::sys;
 use crate::sys::at;
@@ -95,9 +95,8 @@ impl Store {
     ) -> Result<Option<Store>> {
         if let Err(why) = names::network_name(network) {
             return Err(Error::new(
-                code::INVALID_CONFIG,
+                Kind::Misconfigured,
                 format!("network name {why}: it cannot name a record directory"),
-                "",
             ));
         }
         match std::fs::symlink_metadata(cache_dir) {
@@ -260,14 +259,10 @@ impl Store {
         if bytes.is_empty() {
             return Ok(None);
         }
-        let corrupt = |why: String| {
-            Error::new(
-                code::IO_FAILURE,
-                format!("record {} {why}", path.display()),
-                "",
-            )
-        };
-        let record = Record::decode(&bytes).map_err(|e| corrupt(format!("is corrupt: {e}")))?;
+        let corrupt =
+            |why: String| Error::new(Kind::Io, format!("record {} {why}", path.display()));
+        let record =
+            Record::decode(&bytes).map_err(|e| corrupt(format!("is corrupt: {}", e.msg())))?;
         if record.container_id != container_id || record.ifname != ifname {
             return Err(corrupt("belongs to another attachment".to_owned()));
         }
@@ -458,14 +453,10 @@ fn busy_error(container_id: &str, ifname: &str, busy: &Busy) -> Error {
         0 => "another process".to_owned(),
         pid => format!("process {pid}"),
     };
-    Error::new(
-        code::TRY_AGAIN_LATER,
-        format!(
+    Error::new(Kind::Busy, format!(
             "cni-guard: attachment {container_id}/{ifname} is held by {who} (an ADD or DEL of it still running) after waiting {:.1}s",
             busy.waited.as_secs_f64()
-        ),
-        "lockWaitSeconds bounds the wait; the runtime retries",
-    )
+        )).with_details("lockWaitSeconds bounds the wait; the runtime retries")
 }
 
 /// `<containerID>:<ifname>.json`. The name rules ([`names`]) keep `/` and `:` out of both
@@ -474,9 +465,8 @@ fn busy_error(container_id: &str, ifname: &str, busy: &Busy) -> Error {
 fn file_name(container_id: &str, ifname: &str) -> Result<String> {
     let bad = |what: &str, why: names::BadName| {
         Error::new(
-            code::INVALID_ENV,
+            Kind::BadEnv,
             format!("{what} {why}: it cannot name a record"),
-            "",
         )
     };
     names::container_id(container_id).map_err(|why| bad("container ID", why))?;
@@ -513,6 +503,7 @@ fn remove_entry(dir: &OwnedFd, name: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Command as Verb;
     use std::io::{BufRead, BufReader};
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::process::{Child, Command, Stdio};
@@ -598,12 +589,12 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert_eq!(Store::create(&link, "g", W).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&link, "g", W).unwrap_err().code(Verb::Add), 7);
         std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(Store::create(&real, "g", W).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&real, "g", W).unwrap_err().code(Verb::Add), 7);
         let file = d.path().join("file");
         std::fs::write(&file, "").unwrap();
-        assert_eq!(Store::create(&file, "g", W).unwrap_err().code(), 7);
+        assert_eq!(Store::create(&file, "g", W).unwrap_err().code(Verb::Add), 7);
     }
 
     #[test]
@@ -690,7 +681,7 @@ mod tests {
         std::fs::write(&target, "precious").unwrap();
         let mut s = Store::create(&d.path().join("cache"), "g", W).unwrap();
         std::os::unix::fs::symlink(&target, s.dir().join("c1:eth0.json")).unwrap();
-        assert_eq!(s.write(&record("c1")).unwrap_err().code(), 5);
+        assert_eq!(s.write(&record("c1")).unwrap_err().code(Verb::Add), 5);
         assert!(s.read("c1", "eth0").is_err());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
         // A FIFO in its place: refused at once, never opened for a blocking read.
@@ -711,9 +702,14 @@ mod tests {
         std::fs::create_dir(d.path().join("elsewhere")).unwrap();
         std::os::unix::fs::symlink(d.path().join("elsewhere"), cache.join("g")).unwrap();
         let e = Store::create(&cache, "g", W).unwrap_err();
-        assert_eq!(e.code(), 7);
+        assert_eq!(e.code(Verb::Add), 7);
         assert!(e.msg().contains("symlink"), "{}", e.msg());
-        assert_eq!(Store::create(&cache, "../x", W).unwrap_err().code(), 7);
+        assert_eq!(
+            Store::create(&cache, "../x", W)
+                .unwrap_err()
+                .code(Verb::Add),
+            7
+        );
         if sys::geteuid() == 0 {
             let other = d.path().join("other");
             std::fs::create_dir(&other).unwrap();
@@ -737,7 +733,7 @@ mod tests {
             s.remove("c1", "eth0").unwrap_err(),
             s.write(&record("c1")).unwrap_err(),
         ] {
-            assert_eq!(e.code(), 11);
+            assert_eq!(e.code(Verb::Add), 11);
             assert!(
                 e.msg()
                     .contains(&format!("held by process {}", holder.pid())),

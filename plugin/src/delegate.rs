@@ -274,7 +274,7 @@ fn find(plugin: &Map<String, Value>, cni_path: &[PathBuf]) -> Result<PathBuf> {
     let t = plugin.get("type").and_then(Value::as_str).unwrap_or("");
     invoke::find_plugin(t, cni_path).map_err(|reason| {
         Error::new(
-            Kind::Busy,
+            Kind::NotReady,
             format!("cni-guard: delegate plugin {t:?} {}", reason.msg()),
         )
     })

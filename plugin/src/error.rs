@@ -38,9 +38,8 @@ pub enum Kind {
     Unsupported,
     /// Reading or writing a file failed. CNI 5.
     Io,
-    /// Not now, for a reason other than the network's readiness: another process holds the
-    /// attachment, or a plugin binary is missing when the delegate is run (after the readiness
-    /// checks, or on DEL and CHECK, which make none). CNI 11 on every verb, STATUS included.
+    /// Another process holds the attachment (an ADD or DEL of it still running). CNI 11 on
+    /// every verb.
     Busy,
     /// A delegate plugin outlived its bound and was killed: CNI 50 on STATUS (the delegate is
     /// not available), 999 otherwise.

@@ -206,7 +206,13 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
         cni_path,
         syslog,
     };
-    let mut caches = vec![l.cache.clone()];
+    // A cache dir with the node's events file present, as under `keep --metrics-address`: the
+    // plugin appends one line per decision there.
+    let metrics_cache = l.work.join("cache-metrics");
+    mkdir(&metrics_cache)?;
+    std::fs::write(metrics_cache.join(".metrics-events"), "")
+        .map_err(|e| format!("cannot create the events file: {e}"))?;
+    let mut caches = vec![l.cache.clone(), metrics_cache.clone()];
     caches.extend(l.tmpfs_cache.clone());
     let mut between = || clear_records(&caches);
     let mut rng = Rng::new();
@@ -265,6 +271,18 @@ pub fn run_all(opts: &Options) -> Result<Results, String> {
                 Step::new(&l.guard(), "ADD", &g).expect(0, ok),
             ));
         }
+        let g_metrics = l.guard_conf(
+            "g-fast-metrics.json",
+            "1.0.0",
+            &noop_conf,
+            &[],
+            0,
+            &metrics_cache,
+        )?;
+        cases.push(Case::one(
+            "cni-guard (static) → cni-noop, metrics on (one event appended)",
+            Step::new(&l.guard(), "ADD", &g_metrics).expect(0, ok),
+        ));
         cases.push(Case::one(
             "cni-guard (static) → cni-noop, no syslog socket (log line to stderr)",
             Step::new(&l.guard(), "ADD", &g_fast)

@@ -123,6 +123,18 @@ fn rows(r: &Results) -> Vec<Row> {
             "—".into(),
         );
     }
+    if let (Some(m), Some(g)) = (
+        find(&r.fast, "cni-guard (static) → cni-noop, metrics on"),
+        find(&r.fast, "cni-guard (static) → cni-noop"),
+    ) {
+        let cost_us = over(m, g) * 1e3;
+        push(
+            "1. metrics on: the plugin's event append (guard with the events file minus without, paired)",
+            format!("{cost_us:.1} µs"),
+            "< 20 µs",
+            verdict(cost_us < 20.0),
+        );
+    }
     if let Some(s) = find(&r.fast, "cni-guard (static) → cni-noop, no syslog") {
         let o = over(s, noop_s);
         push(

@@ -72,6 +72,17 @@ impl Decision {
         }
     }
 
+    /// The decision as the node's counters name it.
+    pub fn token(&self) -> &'static str {
+        match self {
+            Decision::Delegated => "child",
+            Decision::Exec { .. } => "exec",
+            Decision::Done(_) => "done",
+            Decision::Refused { .. } => "refused",
+            Decision::Failed { .. } => "error",
+        }
+    }
+
     /// How loud the log line is.
     pub fn level(&self) -> Level {
         match self {
@@ -99,6 +110,11 @@ pub struct Outcome {
     pub duration: Duration,
     /// Extra warnings to log (loosely writable configuration files, unusable records).
     pub warnings: Vec<String>,
+    /// Where the node's events file is (the guard's `cacheDir`, or the default when the
+    /// configuration did not parse).
+    pub cache_dir: PathBuf,
+    /// How this invocation is counted.
+    pub event: Counted,
 }
 
 /// How a verb ended, before it becomes an [`Action`].
@@ -110,6 +126,10 @@ enum Done {
 
 struct Ctx {
     warnings: Vec<String>,
+    /// The guard's cache dir, once its configuration parsed.
+    cache_dir: Option<PathBuf>,
+    /// Why a refusal happened, for the node's counters.
+    reason: Option<&'static str>,
 }
 
 /// Handles one invocation. `getenv` and `stdin` are the runtime's; nothing is printed here.
@@ -117,6 +137,8 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
     let start = Instant::now();
     let mut ctx = Ctx {
         warnings: Vec::new(),
+        cache_dir: None,
+        reason: None,
     };
     let given = |k: &str| {
         getenv(k)
@@ -139,6 +161,7 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
     // known verb fails with code 4, which is the same on every verb.
     let verb = Command::parse(&invocation.verb).unwrap_or(Command::Version);
     let decision = Decision::of(&result, verb);
+    let result_kind = result.as_ref().err().map(|e| e.kind().clone());
     let action = match result {
         Ok(Done::Result(v)) => {
             let mut out = serde_json::to_vec(&v).expect("JSON values always serialize");
@@ -164,12 +187,59 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
             exit: 1,
         },
     };
+    let event = Counted {
+        verb: verb_token(&invocation.verb),
+        decision: decision.token(),
+        reason: match (&decision, &result_kind) {
+            (Decision::Refused { .. }, _) if ctx.reason.is_some() => ctx.reason.unwrap_or("-"),
+            (Decision::Refused { .. }, Some(Kind::Busy)) => "busy",
+            (Decision::Refused { .. }, Some(Kind::TimedOut)) => "status-timeout",
+            (Decision::Refused { .. }, Some(Kind::NotReady)) => "not-ready",
+            (Decision::Refused { .. }, _) => "other",
+            _ => "-",
+        },
+    };
     Outcome {
         action,
         invocation,
         decision,
         duration: start.elapsed(),
         warnings: ctx.warnings,
+        cache_dir: ctx
+            .cache_dir
+            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CACHE_DIR)),
+        event,
+    }
+}
+
+/// How an invocation is counted on the node (`cni_guard_decisions_total`,
+/// `cni_guard_refusals_total`): tokens of the events file (see [`crate::metrics::events`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    pub verb: &'static str,
+    pub decision: &'static str,
+    pub reason: &'static str,
+}
+
+impl Counted {
+    pub fn event(&self) -> crate::metrics::events::Event<'static> {
+        crate::metrics::events::Event {
+            verb: self.verb,
+            decision: self.decision,
+            reason: self.reason,
+        }
+    }
+}
+
+fn verb_token(verb: &str) -> &'static str {
+    match Command::parse(verb) {
+        Some(Command::Add) => "add",
+        Some(Command::Del) => "del",
+        Some(Command::Check) => "check",
+        Some(Command::Status) => "status",
+        Some(Command::Gc) => "gc",
+        Some(Command::Version) => "version",
+        None => "other",
     }
 }
 
@@ -185,6 +255,7 @@ fn dispatch(
         return version(&req.stdin);
     }
     let cfg = GuardConfig::parse(&req.stdin)?;
+    ctx.cache_dir = Some(cfg.cache_dir.clone());
     match command {
         Command::Add => add(&req, &cfg, ctx),
         Command::Del => del(&req, &cfg, ctx),
@@ -208,6 +279,7 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let report = wait::until_ready(cfg, &req.cni_path);
     warn_loose(&report, ctx);
     if let Some(refusal) = report.error() {
+        ctx.reason = report.reason_tag();
         return Err(refusal);
     }
     let list = report.delegate.expect("a ready report has the delegate");
@@ -381,10 +453,17 @@ fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let report = readiness::check(cfg, &req.cni_path);
     warn_loose(&report, ctx);
     if let Some(e) = report.error() {
+        ctx.reason = report.reason_tag();
         return Err(e);
     }
     let list = report.delegate.expect("a ready report has the delegate");
-    delegate::status(&list, cfg, &req.cni_path)?;
+    if let Err(e) = delegate::status(&list, cfg, &req.cni_path) {
+        ctx.reason = Some(match e.kind() {
+            Kind::TimedOut => "status-timeout",
+            _ => "delegate-status",
+        });
+        return Err(e);
+    }
     Ok(Done::Empty("ready"))
 }
 

@@ -27,6 +27,8 @@ fn main() -> ExitCode {
         log::emit(log::Level::Warning, w);
     }
     log::emit(outcome.decision.level(), &log::invocation_line(&outcome));
+    // Counted on the node when a `keep --metrics-address` is collecting; never fails the verb.
+    cni_guard::metrics::events::append(&outcome.cache_dir, &outcome.event.event());
     let (stdout, exit) = match outcome.action {
         Action::Reply { stdout, exit } => (stdout, exit),
         Action::Exec {

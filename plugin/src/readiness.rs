@@ -54,6 +54,23 @@ impl Item {
         self.problem.as_ref().map_or("", Error::msg)
     }
 
+    /// The refusal reason this failure is counted under (`cni_guard_refusals_total{reason}`):
+    /// `delegate-missing`, `delegate-invalid`, `attachment-missing`, `attachment-invalid`,
+    /// `plugin-missing`, `recursion`, `permissions`. `None` when it holds.
+    pub fn reason_tag(&self) -> Option<&'static str> {
+        let p = self.problem.as_ref()?;
+        let missing = p.msg() == "does not exist";
+        Some(match (&self.what, *p.kind() == Kind::Misconfigured) {
+            (Precondition::Permissions, _) => "permissions",
+            (Precondition::Plugin(_), _) => "plugin-missing",
+            (_, true) => "recursion",
+            (Precondition::Delegate, _) if missing => "delegate-missing",
+            (Precondition::Delegate, _) => "delegate-invalid",
+            (Precondition::Attachment, _) if missing => "attachment-missing",
+            (Precondition::Attachment, _) => "attachment-invalid",
+        })
+    }
+
     pub fn describe(&self) -> String {
         let what = match &self.what {
             Precondition::Delegate => "delegate".to_owned(),
@@ -88,6 +105,14 @@ impl Report {
 
     pub fn failures(&self) -> impl Iterator<Item = &Item> {
         self.items.iter().filter(|i| !i.ok())
+    }
+
+    /// The reason the refusal is counted under: that of the failure [`Report::error`] names.
+    pub fn reason_tag(&self) -> Option<&'static str> {
+        self.failures()
+            .find(|i| i.fatal())
+            .or_else(|| self.failures().next())
+            .and_then(Item::reason_tag)
     }
 
     /// The refusal: [`Kind::Misconfigured`] when any failure is a configuration error,

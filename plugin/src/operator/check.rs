@@ -139,6 +139,13 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     Ok(if verdict.ready { 0 } else { 1 })
 }
 
+/// Whether ADD would proceed now, by the same checks as `check` (the keeper's
+/// `cni_guard_ready`): `cni_path` as `--cni-path` would give it, else `CNI_PATH`, else the default.
+pub(crate) fn ready(config: &Path, host_root: Option<&Path>, cni_path: Option<OsString>) -> bool {
+    let cni_path = CniPath::choose(cni_path, std::env::var_os("CNI_PATH"));
+    assess(config, host_root, cni_path).ready
+}
+
 fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
     // What a person reading the report knows: host paths, not this pod's mount points.
     let shown = |p: &Path| -> String {

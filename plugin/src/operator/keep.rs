@@ -10,7 +10,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::files::{conf_files_before, is_conf_name, write_atomically, Written};
+use super::files::{conf_files_before, is_conf_name, under_root, write_atomically, Written};
 use super::spec::{GuardFile, SPEC_FLAGS_HELP};
 use super::Flags;
 use crate::error::{Error, Kind, Result};
@@ -26,9 +26,22 @@ anything deletes, renames or rewrites it, the file is put back at once and the r
 logged. Exits 0 on SIGTERM, SIGINT or SIGHUP without touching the file. Takes the same
 conflist flags as `install`; give it the same values.
 
-{SPEC_FLAGS_HELP}"
+Metrics (off unless --metrics-address is given):
+  --metrics-address HOST:PORT
+                         serve Prometheus text on http://HOST:PORT/metrics: the node's
+                         readiness (as `check`), the plugin's decisions and refusals (counted
+                         from <cacheDir>/{events}, which keep creates and rotates), the seconds
+                         not ready
+  --host-root DIR        where the host paths the conflist names are (in a pod: /host)
+  --cni-path DIRS        where plugin binaries are, host paths [CNI_PATH, else /opt/cni/bin]
+
+{SPEC_FLAGS_HELP}",
+        events = crate::metrics::events::FILE
     )
 }
+
+/// How often the keeper checks readiness and counts new events while serving metrics.
+const METRICS_TICK_MS: i32 = 1000;
 
 /// Events that can change what the guard's file holds, or tell that the folder went away.
 const WATCH_MASK: u32 = libc::IN_CREATE
@@ -47,12 +60,18 @@ const RETRY_MS: i32 = 500;
 pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut flags = Flags::new(args);
     let mut spec = GuardFile::default();
+    let mut metrics_address: Option<String> = None;
+    let mut host_root: Option<PathBuf> = None;
+    let mut cni_path: Option<OsString> = None;
     while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
             "--help" | "-h" => {
                 print!("{}", help());
                 return Ok(0);
             }
+            "--metrics-address" => metrics_address = Some(flags.value(&flag)?),
+            "--host-root" => host_root = Some(flags.path(&flag)?),
+            "--cni-path" => cni_path = Some(flags.value(&flag)?.into()),
             other => {
                 if !spec.take_flag(other, &mut flags)? {
                     return Err(Flags::unknown(other));
@@ -75,6 +94,17 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         .map_err(|e| Error::new(Kind::Io, format!("watching {}: {e}", keeper.dir.display())))?;
 
     let mut pending = !keeper.ensure("wrote");
+    let mut metrics = match &metrics_address {
+        None => None,
+        Some(address) => Some(Metrics::start(
+            address,
+            under_root(host_root.as_deref(), &spec.cache_dir()),
+            keeper.path.clone(),
+            host_root.clone(),
+            cni_path.clone(),
+        )?),
+    };
+
     let mut warned = BTreeSet::new();
     keeper.warn_about_earlier_configs(&mut warned);
     log(&format!(
@@ -84,9 +114,23 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     ));
 
     loop {
-        let timeout = if pending { RETRY_MS } else { -1 };
-        let ready = wait_readable(&[signals.as_fd(), watch.as_fd()], timeout)
-            .map_err(|e| Error::new(Kind::Io, format!("poll: {e}")))?;
+        let timeout = match (pending, &metrics) {
+            (true, _) => RETRY_MS,
+            (false, Some(_)) => METRICS_TICK_MS,
+            (false, None) => -1,
+        };
+        let mut fds = vec![signals.as_fd(), watch.as_fd()];
+        if let Some(m) = &metrics {
+            fds.push(m.server.as_fd());
+        }
+        let ready =
+            wait_readable(&fds, timeout).map_err(|e| Error::new(Kind::Io, format!("poll: {e}")))?;
+        if let Some(m) = &mut metrics {
+            m.tick();
+            if ready[2] {
+                m.serve();
+            }
+        }
         if ready[0] {
             if let Some(signo) = signals
                 .take()
@@ -133,6 +177,92 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         if other_configs {
             keeper.warn_about_earlier_configs(&mut warned);
         }
+    }
+}
+
+/// `keep --metrics-address`: the collector of the node's events and the server of `/metrics`.
+struct Metrics {
+    collector: crate::metrics::Collector,
+    server: crate::metrics::server::Server,
+    /// The conflist keep writes, checked as `check` checks it.
+    config: PathBuf,
+    host_root: Option<PathBuf>,
+    cni_path: Option<OsString>,
+}
+
+impl Metrics {
+    fn start(
+        address: &str,
+        cache_dir: PathBuf,
+        config: PathBuf,
+        host_root: Option<PathBuf>,
+        cni_path: Option<OsString>,
+    ) -> Result<Metrics> {
+        let collector = crate::metrics::Collector::start(&cache_dir).map_err(|e| {
+            Error::new(
+                Kind::Io,
+                format!(
+                    "metrics: cannot start the events file in {}: {e}",
+                    cache_dir.display()
+                ),
+            )
+        })?;
+        let server = crate::metrics::server::Server::bind(address).map_err(|e| {
+            Error::new(
+                Kind::Io,
+                format!("metrics: cannot listen on {address}: {e}"),
+            )
+        })?;
+        let bound = server
+            .local_addr()
+            .map_or_else(|_| address.to_owned(), |a| a.to_string());
+        log(&format!(
+            "serving metrics on http://{bound}/metrics (events from {})",
+            cache_dir.join(crate::metrics::events::FILE).display()
+        ));
+        let mut m = Metrics {
+            collector,
+            server,
+            config,
+            host_root,
+            cni_path,
+        };
+        m.tick();
+        Ok(m)
+    }
+
+    /// Counts new events and checks readiness.
+    fn tick(&mut self) {
+        if let Err(e) = self.collector.drain() {
+            log(&format!("metrics: reading the events file: {e}"));
+        }
+        let ready = super::check::ready(
+            &self.config,
+            self.host_root.as_deref(),
+            self.cni_path.clone(),
+        );
+        self.collector
+            .observe_ready(ready, std::time::Instant::now());
+    }
+
+    fn serve(&mut self) {
+        self.tick();
+        let body = self.collector.render(std::time::Instant::now());
+        self.server.serve_pending(&mut |_, path| {
+            if path == "/metrics" {
+                crate::metrics::server::Reply {
+                    status: "200 OK",
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: body.clone(),
+                }
+            } else {
+                crate::metrics::server::Reply {
+                    status: "404 Not Found",
+                    content_type: "text/plain; charset=utf-8",
+                    body: "see /metrics\n".to_owned(),
+                }
+            }
+        });
     }
 }
 

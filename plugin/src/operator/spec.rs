@@ -199,6 +199,16 @@ impl GuardFile {
         Ok(true)
     }
 
+    /// The cache dir the conflist names (a host path).
+    pub fn cache_dir(&self) -> PathBuf {
+        PathBuf::from(
+            self.keys
+                .get("cacheDir")
+                .and_then(Value::as_str)
+                .unwrap_or(DEFAULT_CACHE_DIR),
+        )
+    }
+
     /// The entry to write: the flags' keys over the defaults.
     fn entry(&self) -> Entry {
         let mut keys = Map::new();

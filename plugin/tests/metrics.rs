@@ -1,0 +1,275 @@
+//! `keep --metrics-address` and the plugin's decision counting, through the built binary: keep
+//! serves `/metrics` on a loopback port with a temporary cache dir; the plugin refuses, execs
+//! and fails; the counters are read back from a scrape. A corrupt or unwritable events file
+//! never changes an ADD's outcome.
+//!
+//! With `METRICS_SCRAPE_OUT=FILE` the scrape taken during a refusal is saved there, for
+//! `promtool check metrics` (scripts/test.d/47-metrics.sh).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const RESULT: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.9.0.2/24","interface":0}]}"#;
+
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn new() -> Node {
+        let node = Node {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for d in ["net.d", "multus", "bin", "cache"] {
+            std::fs::create_dir(node.path(d)).unwrap();
+        }
+        // The delegate's plugin: succeeds on ADD unless its configuration says "fail".
+        node.script(
+            "bin/fake",
+            &format!(
+                "#!/bin/sh\nif grep -q '\"fail\"' ; then echo '{{\"code\":7,\"msg\":\"told to fail\"}}'; exit 1; fi\n\
+                 [ \"$CNI_COMMAND\" = ADD ] && printf '%s' '{RESULT}'\nexit 0\n"
+            ),
+        );
+        node
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn script(&self, rel: &str, body: &str) {
+        std::fs::write(self.path(rel), body).unwrap();
+        std::fs::set_permissions(
+            self.path(rel),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    }
+
+    fn delegate(&self) -> PathBuf {
+        self.path("multus/00-multus.conflist")
+    }
+
+    /// One plugin: at the guard's version (1.0.0) the guard execs it; at another it runs it as
+    /// a child.
+    fn set_delegate(&self, fail: bool, version: &str) {
+        let mut plugin = json!({"type": "fake"});
+        if fail {
+            plugin["fail"] = json!(true);
+        }
+        let list = json!({"cniVersion":version,"name":"multus","plugins":[plugin]});
+        std::fs::write(self.delegate(), serde_json::to_vec(&list).unwrap()).unwrap();
+    }
+
+    fn flags(&self) -> Vec<String> {
+        vec![
+            format!("--conf-dir={}", self.path("net.d").display()),
+            format!("--delegate={}", self.delegate().display()),
+            format!("--cache-dir={}", self.path("cache").display()),
+        ]
+    }
+
+    /// The guard's entry as a runtime passes it, from the conflist keep wrote.
+    fn guard_conf(&self) -> Vec<u8> {
+        let list: Value = serde_json::from_slice(
+            &std::fs::read(self.path("net.d/00-cni-guard.conflist")).unwrap(),
+        )
+        .unwrap();
+        let mut entry = list["plugins"][0].clone();
+        entry["name"] = list["name"].clone();
+        entry["cniVersion"] = list["cniVersion"].clone();
+        serde_json::to_vec(&entry).unwrap()
+    }
+
+    fn cni(&self, verb: &str, id: &str) -> i32 {
+        let bin = self.path("bin");
+        let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
+            ("PATH", Some("/usr/bin:/bin".as_ref())),
+            ("CNI_GUARD_SYSLOG", Some("/nonexistent".as_ref())),
+            ("CNI_COMMAND", Some(verb.as_ref())),
+            ("CNI_CONTAINERID", Some(id.as_ref())),
+            ("CNI_NETNS", Some("/run/netns/x".as_ref())),
+            ("CNI_IFNAME", Some("eth0".as_ref())),
+            ("CNI_PATH", Some(bin.as_os_str())),
+        ];
+        let mut c = test_support::command(env!("CARGO_BIN_EXE_cni-guard"), env);
+        test_support::run(&mut c, &self.guard_conf())
+            .status
+            .unwrap_or(-1)
+    }
+}
+
+/// A running `keep --metrics-address 127.0.0.1:0` and the address it serves on.
+struct Keep {
+    child: Child,
+    addr: String,
+}
+
+impl Keep {
+    fn start(node: &Node) -> Keep {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cni-guard"))
+            .env_remove("CNI_COMMAND")
+            .arg("keep")
+            .args(node.flags())
+            .arg("--metrics-address=127.0.0.1:0")
+            .arg(format!("--cni-path={}", node.path("bin").display()))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().expect("keep exited").unwrap();
+            if let Some(rest) = line.split("serving metrics on http://").nth(1) {
+                break rest.split('/').next().unwrap().to_owned();
+            }
+        };
+        // Keep draining keep's log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Keep { child, addr }
+    }
+
+    fn scrape(&self) -> String {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        out.split_once("\r\n\r\n").unwrap().1.to_owned()
+    }
+}
+
+impl Drop for Keep {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every sample of a scrape, by series with labels.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+fn get(s: &BTreeMap<String, f64>, series: &str) -> f64 {
+    *s.get(series)
+        .unwrap_or_else(|| panic!("no {series} in {s:#?}"))
+}
+
+#[test]
+fn counts_refusals_execs_and_errors_and_reports_readiness() {
+    let node = Node::new();
+    let keep = Keep::start(&node);
+    let first = samples(&keep.scrape());
+    assert_eq!(get(&first, "cni_guard_ready"), 0.0);
+
+    // Not ready: ADD refused, counted with its reason.
+    assert_eq!(node.cni("ADD", "c1"), 1);
+    std::thread::sleep(Duration::from_millis(1100));
+    let refusing = keep.scrape();
+    if let Some(out) = std::env::var_os("METRICS_SCRAPE_OUT") {
+        std::fs::write(out, &refusing).unwrap();
+    }
+    let s = samples(&refusing);
+    assert_eq!(
+        get(
+            &s,
+            r#"cni_guard_decisions_total{verb="add",decision="refused"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(&s, r#"cni_guard_refusals_total{reason="delegate-missing"}"#),
+        1.0
+    );
+    assert!(
+        get(&s, "cni_guard_not_ready_seconds_total") >= 1.0,
+        "{s:#?}"
+    );
+    assert!(s
+        .keys()
+        .any(|k| k.starts_with("cni_guard_build_info{version=")));
+
+    // Ready: one plugin at the guard's version is exec'd; one at another version that fails
+    // ran as a child and is an error; DEL of the first is done with its recorded delegate.
+    node.set_delegate(false, "1.0.0");
+    assert_eq!(node.cni("ADD", "c2"), 0);
+    node.set_delegate(true, "0.4.0");
+    assert_eq!(node.cni("ADD", "c3"), 1);
+    assert_eq!(node.cni("DEL", "c2"), 0);
+    let s = samples(&keep.scrape());
+    assert_eq!(get(&s, "cni_guard_ready"), 1.0);
+    for (verb, decision, n) in [
+        ("add", "refused", 1.0),
+        ("add", "exec", 1.0),
+        ("add", "error", 1.0),
+        ("add", "child", 0.0),
+        ("del", "done", 1.0),
+    ] {
+        assert_eq!(
+            get(
+                &s,
+                &format!(r#"cni_guard_decisions_total{{verb="{verb}",decision="{decision}"}}"#)
+            ),
+            n,
+            "{verb} {decision}"
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_or_unwritable_events_file_never_breaks_an_add() {
+    let node = Node::new();
+    node.set_delegate(false, "1.0.0");
+    let keep = Keep::start(&node);
+    let events = node.path("cache/.metrics-events");
+    // Garbage in the file: ADD goes through; keep counts the garbage, not as decisions.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .unwrap()
+        .write_all(b"\xff\xfe garbage\nadd exec\n")
+        .unwrap();
+    assert_eq!(node.cni("ADD", "c1"), 0);
+    let s = samples(&keep.scrape());
+    assert_eq!(
+        get(
+            &s,
+            r#"cni_guard_decisions_total{verb="add",decision="exec"}"#
+        ),
+        1.0
+    );
+    assert_eq!(get(&s, "cni_guard_events_malformed_total"), 2.0);
+    // A directory, a FIFO, a symlink to elsewhere, a full file: ADD goes through each time.
+    for (i, make) in [
+        &(|p: &Path| std::fs::create_dir(p).unwrap()) as &dyn Fn(&Path),
+        &|p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+        },
+        &|p: &Path| std::os::unix::fs::symlink("/dev/full", p).unwrap(),
+        &|p: &Path| std::fs::File::create(p).unwrap().set_len(64 << 20).unwrap(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = std::fs::remove_dir(&events);
+        let _ = std::fs::remove_file(&events);
+        make(&events);
+        let start = Instant::now();
+        assert_eq!(node.cni("ADD", &format!("x{i}")), 0, "case {i}");
+        assert!(start.elapsed() < Duration::from_secs(5), "case {i}");
+    }
+}

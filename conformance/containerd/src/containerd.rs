@@ -201,16 +201,6 @@ impl Containerd {
         lines
     }
 
-    /// How many guard log lines have arrived so far (a mark for [`Self::guard_log_since`]).
-    pub fn guard_log_mark(&self) -> usize {
-        self.guard_log.lines().len()
-    }
-
-    /// The guard's syslog lines that arrived after `mark`.
-    pub fn guard_log_since(&self, mark: usize) -> Vec<String> {
-        self.guard_log.lines().split_off(mark)
-    }
-
     pub fn log_tail(&self, lines: usize) -> String {
         let log = self.log();
         let all: Vec<&str> = log.lines().collect();

@@ -81,11 +81,19 @@ fn refuse_then_retry(generation: Generation, guard: &Path, wait_seconds: u64) {
             .nth(1)
             .expect("the error names the sandbox id")
             .to_string();
-        let guard_lines: Vec<String> = ctrd
-            .guard_log()
-            .into_iter()
-            .filter(|l| l.contains(&format!("container={id} ")))
-            .collect();
+        // The lines of this sandbox, once its DEL is there (a datagram may still be in flight).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let guard_lines: Vec<String> = loop {
+            let lines: Vec<String> = ctrd
+                .guard_log()
+                .into_iter()
+                .filter(|l| l.contains(&format!("container={id} ")))
+                .collect();
+            if lines.iter().any(|l| l.starts_with("verb=DEL")) || Instant::now() > deadline {
+                break lines;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         println!("the guard's log for {id}:\n  {}", guard_lines.join("\n  "));
         assert!(
             guard_lines
@@ -99,7 +107,10 @@ fn refuse_then_retry(generation: Generation, guard: &Path, wait_seconds: u64) {
             .collect();
         assert!(
             !dels.is_empty(),
-            "containerd ran no DEL after the refused ADD"
+            "containerd ran no DEL after the refused ADD; the guard's whole log: {:#?}\n\
+             containerd on {id}: {:#?}",
+            ctrd.guard_log(),
+            ctrd.log().lines().filter(|l| l.contains(&id)).collect::<Vec<_>>()
         );
         assert!(
             dels.iter()

@@ -167,9 +167,9 @@ pub fn request(data: &[u8]) {
     let stdin = defuse(stdin);
     let outcome = cni::handle(&getenv, &mut &stdin[..]);
     assert!(
-        !outcome.summary.contains(['\n', '\r', '\0']),
+        !cni_guard::log::invocation_line(&outcome).contains(['\n', '\r', '\0']),
         "log line: {:?}",
-        outcome.summary
+        cni_guard::log::invocation_line(&outcome)
     );
     match outcome.action {
         Action::Reply { stdout, exit: 0 } => {

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -36,13 +36,68 @@ pub enum Action {
     },
 }
 
-/// The decision and the log lines that go with it.
+/// What the guard decided for one invocation: the log line's `decision=` and what the
+/// per-node counters count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The delegate ran as the guard's child(ren) and its result is the reply.
+    Delegated,
+    /// The guard execs the delegate plugin.
+    Exec { plugin: PathBuf },
+    /// Done without a result to print (DEL, CHECK, STATUS, GC): what happened.
+    Done(&'static str),
+    /// Not now (codes 11 and 50): the runtime retries.
+    Refused { code: u32, msg: String },
+    /// Any other failure.
+    Failed { code: u32, msg: String },
+}
+
+impl Decision {
+    fn of(result: &Result<Done>) -> Decision {
+        match result {
+            Ok(Done::Result(_)) => Decision::Delegated,
+            Ok(Done::Empty(what)) => Decision::Done(what),
+            Ok(Done::Exec(plugin, ..)) => Decision::Exec {
+                plugin: plugin.clone(),
+            },
+            Err(e) if e.code() == code::TRY_AGAIN_LATER || e.code() == code::NOT_AVAILABLE => {
+                Decision::Refused {
+                    code: e.code(),
+                    msg: e.msg(),
+                }
+            }
+            Err(e) => Decision::Failed {
+                code: e.code(),
+                msg: e.msg(),
+            },
+        }
+    }
+
+    /// How loud the log line is.
+    pub fn level(&self) -> Level {
+        match self {
+            Decision::Refused { .. } | Decision::Failed { .. } => Level::Warning,
+            _ => Level::Info,
+        }
+    }
+}
+
+/// Who asked: the runtime's `CNI_COMMAND`, `CNI_CONTAINERID` and `CNI_IFNAME` as given (they may
+/// be invalid; the log shows them anyway).
+#[derive(Debug, Clone, Default)]
+pub struct Invocation {
+    pub verb: String,
+    pub container: String,
+    pub ifname: String,
+}
+
+/// The decision, what follows from it, and what goes with it into the log.
 #[derive(Debug)]
 pub struct Outcome {
     pub action: Action,
-    /// The per-invocation line (verb, container, ifname, decision, duration).
-    pub summary: String,
-    pub level: Level,
+    pub invocation: Invocation,
+    pub decision: Decision,
+    pub duration: Duration,
     /// Extra warnings to log (loosely writable configuration files, unusable records).
     pub warnings: Vec<String>,
 }
@@ -64,17 +119,16 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
     let mut ctx = Ctx {
         warnings: Vec::new(),
     };
-    let raw_command = getenv("CNI_COMMAND")
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
-    let container = getenv("CNI_CONTAINERID")
-        .map(|v| v.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ifname = getenv("CNI_IFNAME")
-        .map(|v| v.to_string_lossy().into_owned())
-        .unwrap_or_default();
-
+    let given = |k: &str| {
+        getenv(k)
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let invocation = Invocation {
+        verb: given("CNI_COMMAND"),
+        container: given("CNI_CONTAINERID"),
+        ifname: given("CNI_IFNAME"),
+    };
     let (reply_version, result) = match request::read_stdin(stdin) {
         Ok(bytes) => {
             let v = config::reply_version(&bytes);
@@ -82,75 +136,36 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         }
         Err(e) => (crate::version::LATEST.to_owned(), Err(e)),
     };
-
-    let elapsed = start.elapsed();
-    let mut summary = format!(
-        "verb={} container={} ifname={} ",
-        printable(&raw_command),
-        printable(&container),
-        printable(&ifname)
-    );
-    let (action, level) = match result {
+    let decision = Decision::of(&result);
+    let action = match result {
         Ok(Done::Result(v)) => {
-            summary.push_str("decision=delegated");
             let mut out = serde_json::to_vec(&v).expect("JSON values always serialize");
             out.push(b'\n');
-            (
-                Action::Reply {
-                    stdout: out,
-                    exit: 0,
-                },
-                Level::Info,
-            )
+            Action::Reply {
+                stdout: out,
+                exit: 0,
+            }
         }
-        Ok(Done::Empty(what)) => {
-            summary.push_str("decision=");
-            summary.push_str(what);
-            (
-                Action::Reply {
-                    stdout: Vec::new(),
-                    exit: 0,
-                },
-                Level::Info,
-            )
-        }
-        Ok(Done::Exec(plugin, config, lock)) => {
-            summary.push_str(&format!("decision=exec plugin={}", plugin.display()));
-            (
-                Action::Exec {
-                    plugin,
-                    config,
-                    cni_version: reply_version,
-                    lock,
-                },
-                Level::Info,
-            )
-        }
-        Err(e) => {
-            let decision = if e.code() == code::TRY_AGAIN_LATER || e.code() == code::NOT_AVAILABLE {
-                "refused"
-            } else {
-                "error"
-            };
-            summary.push_str(&format!(
-                "decision={decision} code={} msg={:?}",
-                e.code(),
-                e.msg()
-            ));
-            (
-                Action::Reply {
-                    stdout: e.to_json(&reply_version),
-                    exit: 1,
-                },
-                Level::Warning,
-            )
-        }
+        Ok(Done::Empty(_)) => Action::Reply {
+            stdout: Vec::new(),
+            exit: 0,
+        },
+        Ok(Done::Exec(plugin, config, lock)) => Action::Exec {
+            plugin,
+            config,
+            cni_version: reply_version,
+            lock,
+        },
+        Err(e) => Action::Reply {
+            stdout: e.to_json(&reply_version),
+            exit: 1,
+        },
     };
-    summary.push_str(&format!(" duration={:.3}ms", elapsed.as_secs_f64() * 1e3));
     Outcome {
         action,
-        summary,
-        level,
+        invocation,
+        decision,
+        duration: start.elapsed(),
         warnings: ctx.warnings,
     }
 }
@@ -242,48 +257,10 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
             None
         }
     };
-    let recorded = match store
-        .as_mut()
-        .map(|s| s.read(&req.container_id, &req.ifname))
-    {
-        None => None,
-        Some(Ok(r)) => r,
-        Some(Err(e)) if e.code() == code::TRY_AGAIN_LATER => {
-            return Err(Error::new(
-                e.code(),
-                format!("{}: not torn down", e.msg()),
-                "lockWaitSeconds bounds the wait; the runtime retries DEL",
-            ))
-        }
-        Some(Err(e)) => {
-            ctx.warnings.push(e.to_string());
-            None
-        }
-    };
-    let from_record = recorded.and_then(|r| {
-        match NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type) {
-            Ok(list) => Some(list),
-            Err(p) => {
-                ctx.warnings.push(format!(
-                    "recorded delegate {} unusable: {}",
-                    r.delegate_path.display(),
-                    p.reason
-                ));
-                None
-            }
-        }
-    });
-    let had_record = from_record.is_some();
-    let list = match from_record {
-        Some(list) => list,
-        // No record: the guard never ran this attachment's ADD (it records first), so the
-        // current delegate is only tried when it could run at all. A delegate that is
-        // missing, half-written or short of a plugin binary means there is nothing to undo,
-        // and a runtime's DEL after a refused ADD must succeed.
-        None => match NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
-            Ok(list) if delegate::binaries_present(&list, &req.cni_path) => list,
-            _ => return Ok(Done::Empty("nothing-to-do")),
-        },
+    let (list, decision) = match teardown_config(req, cfg, store.as_mut(), ctx)? {
+        Teardown::Recorded(list) => (list, "deleted-recorded"),
+        Teardown::Current(list) => (list, "deleted-current"),
+        Teardown::Nothing => return Ok(Done::Empty("nothing-to-do")),
     };
     // A prevResult the delegate could not be given must not stop the teardown: DEL goes on
     // without it, as for a runtime that cached nothing.
@@ -309,11 +286,62 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
                 .push(format!("torn down, but the record stays: {e}"));
         }
     }
-    Ok(Done::Empty(if had_record {
-        "deleted-recorded"
-    } else {
-        "deleted-current"
-    }))
+    Ok(Done::Empty(decision))
+}
+
+/// The configuration that tears an attachment down.
+enum Teardown {
+    /// The delegate as it was at ADD, from the attachment's record.
+    Recorded(NetworkConfig),
+    /// No usable record: the current delegate, which can run.
+    Current(NetworkConfig),
+    /// No record and no runnable delegate: nothing the guard made can be undone.
+    Nothing,
+}
+
+/// Which configuration tears the attachment down: its record when there is a usable one (the
+/// attachment stays locked in `store` until the DEL is done); otherwise the current delegate if
+/// it could run at all. Fails only when another process holds the attachment past
+/// `lockWaitSeconds`: then nothing is torn down and the runtime retries.
+fn teardown_config(
+    req: &Request,
+    cfg: &GuardConfig,
+    store: Option<&mut Store>,
+    ctx: &mut Ctx,
+) -> Result<Teardown> {
+    let recorded = match store.map(|s| s.read(&req.container_id, &req.ifname)) {
+        None => None,
+        Some(Ok(r)) => r,
+        Some(Err(e)) if e.code() == code::TRY_AGAIN_LATER => {
+            return Err(Error::new(
+                e.code(),
+                format!("{}: not torn down", e.msg()),
+                "lockWaitSeconds bounds the wait; the runtime retries DEL",
+            ))
+        }
+        Some(Err(e)) => {
+            ctx.warnings.push(e.to_string());
+            None
+        }
+    };
+    if let Some(r) = recorded {
+        match NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type) {
+            Ok(list) => return Ok(Teardown::Recorded(list)),
+            Err(p) => ctx.warnings.push(format!(
+                "recorded delegate {} unusable: {}",
+                r.delegate_path.display(),
+                p.reason
+            )),
+        }
+    }
+    // No record: the guard never ran this attachment's ADD (it records first), so the current
+    // delegate is only tried when it could run at all. A delegate that is missing, half-written
+    // or short of a plugin binary means there is nothing to undo, and a runtime's DEL after a
+    // refused ADD must succeed.
+    Ok(match NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
+        Ok(list) if delegate::binaries_present(&list, &req.cni_path) => Teardown::Current(list),
+        _ => Teardown::Nothing,
+    })
 }
 
 /// CHECK: the delegate's CHECK with prevResult, where its version and configuration allow it.
@@ -443,19 +471,5 @@ fn warn_loose(report: &readiness::Report, ctx: &mut Ctx) {
     for p in &report.warnings {
         ctx.warnings
             .push(format!("{} is writable by group or others", p.display()));
-    }
-}
-
-/// Log values come from the runtime: keep them on one line.
-fn printable(s: &str) -> String {
-    let s: String = s
-        .chars()
-        .take(128)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if s.is_empty() {
-        "-".to_owned()
-    } else {
-        s
     }
 }

@@ -45,6 +45,14 @@ pub const MAX_LOCK_WAIT_SECONDS: f64 = 600.0;
 /// what it could not tear down; the runtime retries both.
 pub const DEFAULT_LOCK_WAIT_SECONDS: f64 = 10.0;
 
+/// Upper bound on `statusTimeoutSeconds`: kubelet polls the runtime's status every few
+/// seconds, and containerd puts no timeout of its own on CNI STATUS.
+pub const MAX_STATUS_TIMEOUT_SECONDS: f64 = 60.0;
+/// Default bound on the delegate's STATUS: small, because containerd runs STATUS inside the CRI
+/// `Status` call that kubelet polls (about every 5 s) and bounds by nothing else, while
+/// multus-shim's STATUS waits up to 60 s for a Multus daemon that is down.
+pub const DEFAULT_STATUS_TIMEOUT_SECONDS: f64 = 3.0;
+
 /// A key holding seconds: its bounds and its default, for the plugin and for `install`'s flags.
 #[derive(Debug)]
 pub struct Seconds {
@@ -76,6 +84,14 @@ pub const LOCK_WAIT: Seconds = Seconds {
     default: DEFAULT_LOCK_WAIT_SECONDS,
     zero: true,
     max: MAX_LOCK_WAIT_SECONDS,
+};
+
+/// `statusTimeoutSeconds`: the bound on the delegate's STATUS, all its plugins together.
+pub const STATUS_TIMEOUT: Seconds = Seconds {
+    key: "statusTimeoutSeconds",
+    default: DEFAULT_STATUS_TIMEOUT_SECONDS,
+    zero: false,
+    max: MAX_STATUS_TIMEOUT_SECONDS,
 };
 
 impl Seconds {
@@ -143,6 +159,8 @@ pub struct Entry {
     pub delegate_timeout_seconds: Field<Number>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub lock_wait_seconds: Field<Number>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub status_timeout_seconds: Field<Number>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub cache_dir: Field<String>,
     #[serde(skip_serializing_if = "Field::is_absent")]
@@ -309,6 +327,7 @@ impl Entry {
         let wait = WAIT.read(self.wait_seconds)?;
         let delegate_timeout = DELEGATE_TIMEOUT.read(self.delegate_timeout_seconds)?;
         let lock_wait = LOCK_WAIT.read(self.lock_wait_seconds)?;
+        let status_timeout = STATUS_TIMEOUT.read(self.status_timeout_seconds)?;
         let cache_dir = match string("cacheDir", self.cache_dir)? {
             Some(p) => absolute_path("cacheDir", "cacheDir", p)?,
             None => PathBuf::from(DEFAULT_CACHE_DIR),
@@ -335,6 +354,7 @@ impl Entry {
             wait,
             delegate_timeout,
             lock_wait,
+            status_timeout,
             cache_dir,
             strict_permissions,
             runtime_config,
@@ -359,6 +379,8 @@ pub struct GuardConfig {
     pub delegate_timeout: Duration,
     /// How long to wait for another guard process holding the same attachment.
     pub lock_wait: Duration,
+    /// How long the delegate's STATUS may take, all its plugins together.
+    pub status_timeout: Duration,
     pub cache_dir: PathBuf,
     /// Refuse delegate and attachment files that others than their owner may write.
     pub strict_permissions: bool,

@@ -181,15 +181,34 @@ pub fn check(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) ->
     Ok(())
 }
 
-/// STATUS through every plugin (libcni's `GetStatusNetworkList`), for delegates at 1.1.0+.
+/// STATUS through every plugin (libcni's `GetStatusNetworkList`), for delegates at 1.1.0+,
+/// all of them within `statusTimeoutSeconds`: past it the slow plugin is killed and STATUS
+/// answers 50 naming it, so the runtime's status call (which kubelet polls, and containerd
+/// bounds by nothing) stays fast.
 pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
     if !list.version().has_status_and_gc() {
         return Ok(());
     }
+    let deadline = std::time::Instant::now() + guard.status_timeout;
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, None, &[]);
-        invoke::run(&binary, Command::Status, &conf, guard.delegate_timeout)?;
+        match invoke::run_until(&binary, Command::Status, &conf, deadline) {
+            Ok(_) => {}
+            Err(invoke::Failed::Error(e)) => return Err(e),
+            Err(invoke::Failed::TimedOut) => {
+                return Err(Error::new(
+                    code::NOT_AVAILABLE,
+                    format!(
+                    "cni-guard: delegate {} did not answer STATUS within {}s: plugin {} was killed",
+                    list.path.display(),
+                    guard.status_timeout.as_secs_f64(),
+                    binary.display()
+                ),
+                    "statusTimeoutSeconds bounds the delegate's STATUS",
+                ))
+            }
+        }
     }
     Ok(())
 }

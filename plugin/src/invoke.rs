@@ -76,21 +76,51 @@ pub fn run(
     config: &[u8],
     timeout: Duration,
 ) -> Result<Vec<u8>, Error> {
+    run_until(plugin, verb, config, Instant::now() + timeout).map_err(|f| match f {
+        Failed::Error(e) => e,
+        Failed::TimedOut => Error::new(
+            code::INTERNAL,
+            format!(
+                "plugin {} did not finish within {}s and was killed",
+                plugin.display(),
+                timeout.as_secs_f64()
+            ),
+            "",
+        ),
+    })
+}
+
+/// Why [`run_until`] failed.
+#[derive(Debug)]
+pub enum Failed {
+    /// The plugin's error, or a crash, or output that is not CNI.
+    Error(Error),
+    /// Still running at the deadline: its process group was killed.
+    TimedOut,
+}
+
+/// [`run`] with a deadline instead of a timeout, telling a plugin killed at the deadline from
+/// every other failure.
+pub fn run_until(
+    plugin: &Path,
+    verb: request::Command,
+    config: &[u8],
+    deadline: Instant,
+) -> Result<Vec<u8>, Failed> {
     let stdin = sys::memfd_with(config).map_err(|e| {
-        Error::new(
+        Failed::Error(Error::new(
             code::IO_FAILURE,
             format!("cannot prepare stdin for {}: {e}", plugin.display()),
             "",
-        )
+        ))
     })?;
     let cannot_run = |e: std::io::Error| {
-        Error::new(
+        Failed::Error(Error::new(
             code::INTERNAL,
             format!("cannot run plugin {}: {e}", plugin.display()),
             "",
-        )
+        ))
     };
-    let deadline = Instant::now() + timeout;
     let mut cmd = Command::new(plugin);
     cmd.env("CNI_COMMAND", verb.as_str())
         .stdin(Stdio::from(stdin))
@@ -109,34 +139,24 @@ pub fn run(
     };
     let (status, stdout) = match ended {
         Ended::Exited(status, stdout) => (status, stdout),
-        Ended::TimedOut => {
-            return Err(Error::new(
-                code::INTERNAL,
-                format!(
-                    "plugin {} did not finish within {}s and was killed",
-                    plugin.display(),
-                    timeout.as_secs_f64()
-                ),
-                "",
-            ))
-        }
+        Ended::TimedOut => return Err(Failed::TimedOut),
     };
     if status.success() {
         return Ok(stdout);
     }
     if let Some(err) = as_cni_error(&stdout) {
-        return Err(err);
+        return Err(Failed::Error(err));
     }
     let how = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!("was killed by signal {s}"),
         _ => "failed".to_owned(),
     };
-    Err(Error::new(
+    Err(Failed::Error(Error::new(
         code::INTERNAL,
         format!("plugin {} {how} without a CNI error", plugin.display()),
         String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned(),
-    ))
+    )))
 }
 
 enum Ended {

@@ -13,6 +13,7 @@ pub mod delegate;
 pub mod error;
 pub mod invoke;
 pub mod log;
+pub mod metrics;
 pub mod names;
 pub mod netconf;
 pub mod operator;

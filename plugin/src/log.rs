@@ -33,6 +33,41 @@ fn send(socket: &Path, level: Level, line: &str) -> bool {
         .is_ok()
 }
 
+/// The per-invocation line: `verb=ADD container=… ifname=eth0 decision=… duration=0.214ms`.
+/// Values from the runtime are cut to 128 characters and kept on one line.
+pub fn invocation_line(outcome: &crate::cni::Outcome) -> String {
+    use crate::cni::Decision;
+    let inv = &outcome.invocation;
+    let decision = match &outcome.decision {
+        Decision::Delegated => "decision=delegated".to_owned(),
+        Decision::Exec { plugin } => format!("decision=exec plugin={}", plugin.display()),
+        Decision::Done(what) => format!("decision={what}"),
+        Decision::Refused { code, msg } => format!("decision=refused code={code} msg={msg:?}"),
+        Decision::Failed { code, msg } => format!("decision=error code={code} msg={msg:?}"),
+    };
+    format!(
+        "verb={} container={} ifname={} {decision} duration={:.3}ms",
+        printable(&inv.verb),
+        printable(&inv.container),
+        printable(&inv.ifname),
+        outcome.duration.as_secs_f64() * 1e3
+    )
+}
+
+/// Log values come from the runtime: keep them on one line.
+fn printable(s: &str) -> String {
+    let s: String = s
+        .chars()
+        .take(128)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if s.is_empty() {
+        "-".to_owned()
+    } else {
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,7 @@ fn main() -> ExitCode {
     for w in &outcome.warnings {
         log::emit(log::Level::Warning, w);
     }
-    log::emit(outcome.level, &outcome.summary);
+    log::emit(outcome.decision.level(), &log::invocation_line(&outcome));
     let (stdout, exit) = match outcome.action {
         Action::Reply { stdout, exit } => (stdout, exit),
         Action::Exec {

@@ -354,3 +354,36 @@ fn hangs_when_execd_holds_the_attachment_and_del_waits_only_its_bound() {
     assert!(fx.calls().contains("only DEL c1"), "{}", fx.calls());
     assert!(fx.records().is_empty(), "{:?}", fx.records());
 }
+
+#[test]
+fn a_status_that_hangs_is_cut_at_its_bound_and_answers_50_naming_it() {
+    let fx = Fx::new();
+    let p = fx.path("bin/slow-status");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\n[ \"$CNI_COMMAND\" = STATUS ] && exec sleep 30\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let list = json!({"cniVersion":"1.1.0","name":"multus-net","plugins":[{"type":"slow-status"}]});
+    std::fs::write(
+        fx.path("net.d/00-multus.conflist"),
+        serde_json::to_vec(&list).unwrap(),
+    )
+    .unwrap();
+    let mut conf: Value = serde_json::from_slice(&fx.guard(json!({}))).unwrap();
+    conf["cniVersion"] = json!("1.1.0");
+    conf["statusTimeoutSeconds"] = json!(0.5);
+    let status = fx.run("STATUS", "c1", &serde_json::to_vec(&conf).unwrap());
+    let e = status.error(50);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("did not answer STATUS within 0.5s") && msg.contains("slow-status"),
+        "{msg}"
+    );
+    status.prompt("a STATUS that hangs");
+    eprintln!(
+        "STATUS with a hanging delegate answered in {:?}",
+        status.took
+    );
+}

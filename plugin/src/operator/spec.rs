@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::{Failure, Flags, SPEC_VERSIONS};
-use crate::config::{Entry, Field, Seconds, DELEGATE_TIMEOUT, LOCK_WAIT, WAIT};
+use crate::config::{Entry, Field, Seconds, DELEGATE_TIMEOUT, LOCK_WAIT, STATUS_TIMEOUT, WAIT};
 use crate::error::code;
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
@@ -42,6 +42,8 @@ Conflist settings:
                          bound on a delegate plugin run as the guard's child [plugin default: 220]
   --lock-wait-seconds N  bound on waiting for another guard process on the same attachment
                          [plugin default: 10]
+  --status-timeout-seconds N
+                         bound on the delegate's STATUS (cniVersion 1.1.0) [plugin default: 3]
   --capability NAME      a runtime capability to accept and pass on, e.g. portMappings
                          (repeatable)
   --strict-permissions   refuse delegate and attachment files writable by group or others
@@ -66,7 +68,7 @@ enum Takes {
 /// The conflist flags, and the key of the guard's entry each one sets. `take_flag` knows no
 /// others, and a test proves that they are the schema's keys ([`Entry`]) less those the runtime
 /// adds and `type`, each once.
-const KEY_FLAGS: [(&str, &str, Takes); 10] = [
+const KEY_FLAGS: [(&str, &str, Takes); 11] = [
     ("--network-name", "name", Takes::Text),
     ("--cni-version", "cniVersion", Takes::Text),
     ("--delegate", "delegate", Takes::Path),
@@ -82,6 +84,11 @@ const KEY_FLAGS: [(&str, &str, Takes); 10] = [
         "--lock-wait-seconds",
         LOCK_WAIT.key,
         Takes::Seconds(&LOCK_WAIT),
+    ),
+    (
+        "--status-timeout-seconds",
+        STATUS_TIMEOUT.key,
+        Takes::Seconds(&STATUS_TIMEOUT),
     ),
     ("--strict-permissions", "strictPermissions", Takes::Switch),
     ("--capability", "capabilities", Takes::Capability),
@@ -350,6 +357,7 @@ mod tests {
             "--delegate-timeout-seconds=30",
             "--lock-wait-seconds",
             "3",
+            "--status-timeout-seconds=2",
             "--cache-dir=/var/lib/cni/elsewhere",
             "--strict-permissions",
             "--network-name=guarded",
@@ -374,6 +382,7 @@ mod tests {
         assert_eq!(cfg.wait, Duration::from_secs(7));
         assert_eq!(cfg.delegate_timeout, Duration::from_secs(30));
         assert_eq!(cfg.lock_wait, Duration::from_secs(3));
+        assert_eq!(cfg.status_timeout, Duration::from_secs(2));
         assert_eq!(cfg.cache_dir, PathBuf::from("/var/lib/cni/elsewhere"));
         assert!(cfg.strict_permissions);
         assert_eq!(cfg.name, "guarded");

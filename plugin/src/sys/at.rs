@@ -77,6 +77,18 @@ pub fn open_lock(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
     }
 }
 
+/// Opens an existing file to append to: never through a symlink, never creating it, never
+/// blocking (a FIFO in its place).
+pub fn open_append(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_WRONLY
+        | OFlag::O_APPEND
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    Ok(openat(dir, name, flags, Mode::empty())?)
+}
+
 pub fn unlink(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?)
 }

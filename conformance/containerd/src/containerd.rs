@@ -622,16 +622,16 @@ mod tests {
             };
             assert!(cfg.contains(bin), "{generation:?}: missing {bin}");
             for line in [
-            "root = \"/x/y/root\"",
-            "state = \"/x/y/state\"",
-            "address = \"/x/y/containerd.sock\"",
-            "conf_dir = \"/x/y/net.d\"",
-            "path = \"/x/y/opt\"",
-            "Root = \"/x/y/runc\"",
-            "netns_mounts_under_state_dir = true",
-            "max_conf_num = 1",
-            SANDBOX_IMAGE,
-        ] {
+                "root = \"/x/y/root\"",
+                "state = \"/x/y/state\"",
+                "address = \"/x/y/containerd.sock\"",
+                "conf_dir = \"/x/y/net.d\"",
+                "path = \"/x/y/opt\"",
+                "Root = \"/x/y/runc\"",
+                "netns_mounts_under_state_dir = true",
+                "max_conf_num = 1",
+                SANDBOX_IMAGE,
+            ] {
                 assert!(cfg.contains(line), "{generation:?}: missing {line}");
             }
         }

@@ -85,14 +85,10 @@ impl Crictl {
 
     /// Runs `crictl ARGS...`; stdout on success.
     pub fn call(&self, args: &[&str]) -> Result<String, CriError> {
-        let out = self
-            .command()
-            .args(args)
-            .output()
-            .map_err(|e| CriError {
-                message: format!("cannot run {}: {e}", self.bin.display()),
-                stderr: String::new(),
-            })?;
+        let out = self.command().args(args).output().map_err(|e| CriError {
+            message: format!("cannot run {}: {e}", self.bin.display()),
+            stderr: String::new(),
+        })?;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -309,7 +305,10 @@ mod tests {
 
     #[test]
     fn go_quoting_is_undone() {
-        assert_eq!(go_unquote(r#""a\"b\\c\n\x41\u00e9" rest"#).unwrap(), "a\"b\\c\nAé");
+        assert_eq!(
+            go_unquote(r#""a\"b\\c\n\x41\u00e9" rest"#).unwrap(),
+            "a\"b\\c\nAé"
+        );
         assert_eq!(go_unquote(r#""unterminated"#), None);
     }
 

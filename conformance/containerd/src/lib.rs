@@ -22,8 +22,7 @@ pub fn start_containerd(generation: Generation, extra: &[(&str, &Path)]) -> Cont
     prereq::build_image("sandbox", &tar, &[containerd::SANDBOX_IMAGE]).expect("sandbox image");
     let ctrd = Containerd::start(generation, &tar)
         .unwrap_or_else(|e| panic!("start containerd {}: {e}", generation.label()));
-    prereq::populate_bin_dir(&generation.plugins(), &ctrd.bin_dir(), extra)
-        .expect("CNI bin dir");
+    prereq::populate_bin_dir(&generation.plugins(), &ctrd.bin_dir(), extra).expect("CNI bin dir");
     println!(
         "runtime {} ({}), CNI plugins {}",
         ctrd.runtime_name(),

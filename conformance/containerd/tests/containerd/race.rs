@@ -17,7 +17,9 @@ use containerd_conformance::cni::{
 use containerd_conformance::containerd::cni_results_for;
 use containerd_conformance::crictl::Crictl;
 use containerd_conformance::netns::interfaces_in;
-use containerd_conformance::{on_both_generations, prereq, start_containerd, Containerd, Generation};
+use containerd_conformance::{
+    on_both_generations, prereq, start_containerd, Containerd, Generation,
+};
 use serde_json::Value;
 
 const SANDBOXES: usize = 200;
@@ -357,9 +359,14 @@ fn reboot_race_on_containerd(generation: Generation) {
         if on {
             assert_eq!(r.bare, 0, "the guard let bare sandboxes through");
             assert_eq!(
-                leaked, 0,
+                leaked,
+                0,
                 "left after teardown: cluster {:?} vlan {:?} records {} cache {} sandboxes {}",
-                r.leaks.cluster, r.leaks.vlan, r.leaks.records, r.leaks.cni_cache, r.leaks.sandboxes
+                r.leaks.cluster,
+                r.leaks.vlan,
+                r.leaks.records,
+                r.leaks.cni_cache,
+                r.leaks.sandboxes
             );
         } else {
             assert!(

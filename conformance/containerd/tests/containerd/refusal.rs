@@ -110,7 +110,10 @@ fn refuse_then_retry(generation: Generation, guard: &Path, wait_seconds: u64) {
             "containerd ran no DEL after the refused ADD; the guard's whole log: {:#?}\n\
              containerd on {id}: {:#?}",
             ctrd.guard_log(),
-            ctrd.log().lines().filter(|l| l.contains(&id)).collect::<Vec<_>>()
+            ctrd.log()
+                .lines()
+                .filter(|l| l.contains(&id))
+                .collect::<Vec<_>>()
         );
         assert!(
             dels.iter()

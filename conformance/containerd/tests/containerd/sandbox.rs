@@ -25,7 +25,10 @@ fn sandbox_on_a_plain_bridge(generation: Generation) {
     ctrd.wait_network_ready(NETWORK_READY).unwrap();
     let crictl = ctrd.crictl();
     let (name, version, api) = crictl.version().unwrap();
-    println!("CRI runtime: {name} {version} (CRI API {api}) = {}", ctrd.runtime_name());
+    println!(
+        "CRI runtime: {name} {version} (CRI API {api}) = {}",
+        ctrd.runtime_name()
+    );
     assert_eq!(name, "containerd");
     assert_eq!(api, "v1");
 

@@ -67,7 +67,7 @@ cargo test --locked -p containerd-conformance --test containerd -- \
 
 echo
 echo "30-containerd: summary ($(( $(date +%s) - started )) s in all, exit $status)"
-grep -E '^(race-summary|race-leaks|delegate-to-running|cri-status|cri-status-calls|cri-status-transition|cri-info-latency) ' \
+grep -E '^(race-summary|race-leaks|race-duration|delegate-to-running|cri-status|cri-status-calls|cri-status-transition|cri-info-latency) ' \
   "$log" || true
 grep -E '^test result:' "$log" || true
 exit "$status"

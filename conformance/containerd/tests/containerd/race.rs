@@ -246,6 +246,7 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
         .unwrap();
     let crictl = ctrd.crictl();
     let sandboxes = race_sandboxes();
+    let run_started = Instant::now();
     let on = if guard { "on" } else { "off" };
 
     // 1. Sandboxes created while the Multus file flaps.
@@ -312,6 +313,10 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
     for e in errors.iter().take(5) {
         println!("  teardown error: {e}");
     }
+    println!(
+        "race-duration runtime={runtime} guard={on} sandboxes={sandboxes} s={:.1}",
+        run_started.elapsed().as_secs_f64()
+    );
     if guard {
         assert!(
             errors.is_empty(),

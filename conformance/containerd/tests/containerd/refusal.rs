@@ -82,7 +82,8 @@ fn refuse_then_retry(generation: Generation, guard: &Path, wait_seconds: u64) {
             .expect("the error names the sandbox id")
             .to_string();
         // The lines of this sandbox, once its DEL is there (a datagram may still be in flight).
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let refused_at = Instant::now();
+        let deadline = refused_at + Duration::from_secs(2);
         let guard_lines: Vec<String> = loop {
             let lines: Vec<String> = ctrd
                 .guard_log()
@@ -94,7 +95,11 @@ fn refuse_then_retry(generation: Generation, guard: &Path, wait_seconds: u64) {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        println!("the guard's log for {id}:\n  {}", guard_lines.join("\n  "));
+        println!(
+            "the guard's log for {id} ({:?} after crictl returned):\n  {}",
+            refused_at.elapsed(),
+            guard_lines.join("\n  ")
+        );
         assert!(
             guard_lines
                 .iter()

@@ -31,6 +31,13 @@ fn sandbox_on_a_plain_bridge(generation: Generation) {
     );
     assert_eq!(name, "containerd");
     assert_eq!(api, "v1");
+    // The private config is in the daemon's own format (2.4 migrates a version 3 file at every
+    // start, saying so).
+    assert!(
+        !ctrd.log().contains("Configuration migrated"),
+        "containerd migrated the suite's config:\n{}",
+        ctrd.log_tail(40)
+    );
 
     let sb = run_sandbox(crictl, "plain", "suite1", 0).unwrap();
     println!(

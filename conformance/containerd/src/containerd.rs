@@ -8,67 +8,78 @@
 
 use std::collections::HashSet;
 use std::fs;
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cri::RuntimeClient;
+use crate::crictl::Crictl;
 use crate::netns::{run, Netns};
+use crate::runtime::{self, Generation};
 
 /// The image name the sandbox image is imported under and containerd is told to use.
 pub const SANDBOX_IMAGE: &str = "localhost/cni-guard-test/sandbox:1";
 
-const CRI_TIMEOUT: Duration = Duration::from_secs(120);
-
 pub struct Containerd {
-    rt: tokio::runtime::Runtime,
-    client: Option<RuntimeClient>,
+    generation: Generation,
+    crictl: Crictl,
+    /// The version containerd's CRI reports, without packaging suffix ("2.4.2", "1.6.20").
+    version: String,
     child: Option<Child>,
     socket: PathBuf,
     cgroups_created: Vec<PathBuf>,
+    guard_log: GuardLog,
     netns: Netns,
     dir: tempfile::TempDir,
 }
 
 impl Containerd {
-    /// Starts containerd with a private config; `sandbox_image_tar` (an OCI layout tarball, see
-    /// scripts/build-image.sh) is imported as [`SANDBOX_IMAGE`].
-    pub fn start(sandbox_image_tar: &Path) -> Result<Self, String> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
+    /// Starts containerd of `generation` with a private config; `sandbox_image_tar` (an OCI
+    /// layout tarball, see scripts/build-image.sh) is imported as [`SANDBOX_IMAGE`].
+    pub fn start(generation: Generation, sandbox_image_tar: &Path) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("cni-guard-containerd-")
             .tempdir()
             .map_err(|e| e.to_string())?;
         let netns = Netns::create("cg-ctrd")?;
         let cgroups_created = k8s_cgroups().into_iter().filter(|p| !p.exists()).collect();
+        let socket = dir.path().join("containerd.sock");
+        let crictl =
+            Crictl::new(&runtime::crictl(), &socket, dir.path()).map_err(|e| e.to_string())?;
+        // The guard logs one line per invocation to this socket (CNI_GUARD_SYSLOG in
+        // containerd's environment reaches every plugin containerd runs).
+        let guard_log = GuardLog::bind(&dir.path().join("guard-log.sock"))?;
         let mut ctrd = Self {
-            rt,
-            client: None,
+            generation,
+            crictl,
+            version: String::new(),
             child: None,
-            socket: dir.path().join("containerd.sock"),
+            socket,
             cgroups_created,
+            guard_log,
             netns,
             dir,
         };
-        for sub in ["root", "state", "opt", "runc", "net.d", "bin"] {
+        for sub in ["root", "state", "opt", "runc", "net.d", "bin", "tmp"] {
             fs::create_dir_all(ctrd.dir.path().join(sub)).map_err(|e| e.to_string())?;
         }
         let config = ctrd.dir.path().join("config.toml");
-        fs::write(&config, config_toml(ctrd.dir.path())).map_err(|e| e.to_string())?;
+        fs::write(&config, config_toml(generation, ctrd.dir.path())).map_err(|e| e.to_string())?;
         let log = fs::File::create(ctrd.log_path()).map_err(|e| e.to_string())?;
+        // containerd looks its shim up in PATH: this generation's shim first, then Debian's runc.
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            generation.shim_dir().display()
+        );
         let child = Command::new("nsenter")
             .arg(format!("--net={}", ctrd.netns.path().display()))
-            .arg("containerd")
+            .arg(generation.containerd())
             .arg("--config")
             .arg(&config)
-            // cni-guard logs to syslog, or to stderr when it cannot; pointed at a socket that
-            // does not exist, its lines land in this log (libcni hands plugins containerd's
-            // stderr), where the suites can read each decision.
-            .env("CNI_GUARD_SYSLOG", ctrd.dir.path().join("no-syslog"))
+            .env("PATH", path)
+            .env("CNI_GUARD_SYSLOG", ctrd.guard_log.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -82,6 +93,7 @@ impl Containerd {
 
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
+        let quick = self.crictl.with_timeout(Duration::from_secs(2));
         loop {
             if let Some(status) = self
                 .child
@@ -94,14 +106,11 @@ impl Containerd {
                 ));
             }
             if self.socket.exists() {
-                let socket = self.socket.clone();
-                let attempt = self.rt.block_on(async move {
-                    let client = RuntimeClient::connect(&socket, CRI_TIMEOUT).await.ok()?;
-                    client.version().await.ok()?;
-                    Some(client)
-                });
-                if let Some(client) = attempt {
-                    self.client = Some(client);
+                if let Ok((name, version, api)) = quick.version() {
+                    if name != "containerd" || api != "v1" {
+                        return Err(format!("unexpected CRI runtime {name} {version} {api}"));
+                    }
+                    self.version = runtime::upstream_version(&version);
                     return Ok(());
                 }
             }
@@ -115,9 +124,10 @@ impl Containerd {
         }
     }
 
-    /// Imports an OCI layout tarball into the CRI's image namespace (`k8s.io`).
+    /// Imports an OCI layout tarball into the CRI's image namespace (`k8s.io`) with the `ctr`
+    /// of the same release.
     pub fn import_image(&self, tar: &Path) -> Result<(), String> {
-        run(Command::new("ctr")
+        run(Command::new(self.generation.ctr())
             .arg("-a")
             .arg(&self.socket)
             .args(["-n", "k8s.io", "images", "import"])
@@ -125,22 +135,31 @@ impl Containerd {
         .map(|_| ())
     }
 
-    /// The CRI client (clone it to use from concurrent tasks).
-    pub fn cri(&self) -> RuntimeClient {
-        self.client.clone().expect("connected at start")
+    /// crictl pointed at this containerd.
+    pub fn crictl(&self) -> &Crictl {
+        &self.crictl
     }
 
-    /// Runs a future on this harness's runtime.
-    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.rt.block_on(f)
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
-    /// containerd's `cni.conf_dir`.
+    /// The running daemon's version as its CRI reports it, packaging suffix dropped: "2.4.2".
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// `containerd-<version>`, as the suites' summary lines name the runtime.
+    pub fn runtime_name(&self) -> String {
+        format!("containerd-{}", self.version)
+    }
+
+    /// containerd's CNI `conf_dir`.
     pub fn conf_dir(&self) -> PathBuf {
         self.dir.path().join("net.d")
     }
 
-    /// containerd's `cni.bin_dir` (CNI_PATH).
+    /// containerd's CNI bin dir (CNI_PATH).
     pub fn bin_dir(&self) -> PathBuf {
         self.dir.path().join("bin")
     }
@@ -169,12 +188,17 @@ impl Containerd {
         fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    /// The guard's log lines (one per invocation) that containerd's log holds.
+    /// The guard's log lines (`verb=... container=... decision=...`), one per invocation: those
+    /// sent to the suite's syslog socket, then any the guard wrote to stderr instead (when the
+    /// socket's queue was full), which containerd's log holds for successful calls.
     pub fn guard_log(&self) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter_map(|l| l.find("cni-guard: verb=").map(|i| l[i..].to_string()))
-            .collect()
+        let mut lines = self.guard_log.lines();
+        lines.extend(
+            self.log()
+                .lines()
+                .filter_map(|l| l.find("cni-guard: verb=").map(|i| l[i + 11..].to_string())),
+        );
+        lines
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
@@ -186,43 +210,47 @@ impl Containerd {
     /// Waits until containerd reports `NetworkReady` (its CNI config is loaded).
     pub fn wait_network_ready(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
-        let cri = self.cri();
+        let mut last = String::new();
         while Instant::now() < deadline {
-            if self.rt.block_on(cri.network_ready()).unwrap_or(false) {
-                return Ok(());
+            match self.crictl.network_ready() {
+                Ok((true, _)) => return Ok(()),
+                Ok((false, msg)) => last = msg,
+                Err(e) => last = e.message,
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(format!("containerd's network not ready after {timeout:?}"))
+        Err(format!(
+            "containerd's network not ready after {timeout:?}: {last}"
+        ))
     }
 
     /// Stops and removes every sandbox containerd knows; returns the errors met.
     pub fn remove_all_sandboxes(&self) -> Vec<String> {
-        let cri = self.cri();
-        self.rt.block_on(async move {
-            let mut errors = Vec::new();
-            let items = match cri.list_pod_sandbox().await {
-                Ok(items) => items,
-                Err(e) => return vec![format!("ListPodSandbox: {}", e.message())],
-            };
-            for sb in items {
-                if let Err(e) = cri.stop_pod_sandbox(&sb.id).await {
-                    errors.push(format!("StopPodSandbox {}: {}", sb.id, e.message()));
-                }
-                if let Err(e) = cri.remove_pod_sandbox(&sb.id).await {
-                    errors.push(format!("RemovePodSandbox {}: {}", sb.id, e.message()));
-                }
+        let ids = match self.crictl.pods() {
+            Ok(ids) => ids,
+            Err(e) => return vec![format!("crictl pods: {e}")],
+        };
+        let mut errors = Vec::new();
+        for id in ids {
+            if let Err(e) = self.crictl.stopp(&id) {
+                errors.push(format!("crictl stopp {id}: {e}"));
             }
-            errors
-        })
+            if let Err(e) = self.crictl.rmp(&id) {
+                errors.push(format!("crictl rmp {id}: {e}"));
+            }
+        }
+        errors
     }
 
     fn shutdown(&mut self) {
-        let sandboxes: Vec<String> = if self.client.is_some() {
-            let cri = self.cri();
-            self.rt
-                .block_on(cri.list_pod_sandbox())
-                .map(|items| items.into_iter().map(|s| s.id).collect())
+        let running = self
+            .child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none());
+        let sandboxes: Vec<String> = if running {
+            self.crictl
+                .with_timeout(Duration::from_secs(10))
+                .pods()
                 .unwrap_or_default()
         } else {
             Vec::new()
@@ -232,7 +260,6 @@ impl Containerd {
                 eprintln!("cleanup: {e}");
             }
         }
-        self.client = None;
         if let Some(mut child) = self.child.take() {
             let pid = child.id().to_string();
             let _ = Command::new("kill").args(["-TERM", &pid]).status();
@@ -246,6 +273,7 @@ impl Containerd {
             }
         }
         kill_own_shims(&self.socket);
+        kill_own_plugins(&self.bin_dir());
         unmount_under(self.dir.path());
         // libcni's result cache and the sandboxes' cgroups live outside our folder. A cache
         // entry is ours when the network config it holds points into our folder (every config
@@ -268,7 +296,8 @@ impl Drop for Containerd {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "---- containerd log (last 60 lines) ----\n{}\n----",
+                "---- containerd {} log (last 60 lines) ----\n{}\n----",
+                self.version,
                 self.log_tail(60)
             );
         }
@@ -276,9 +305,75 @@ impl Drop for Containerd {
     }
 }
 
-/// containerd 1.6 config (version 2). Keys checked against `containerd config default` of the
+/// The suite's syslog: a datagram socket the guard sends its lines to, drained by a thread.
+struct GuardLog {
+    path: PathBuf,
+    lines: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GuardLog {
+    fn bind(path: &Path) -> Result<Self, String> {
+        let socket =
+            UnixDatagram::bind(path).map_err(|e| format!("bind {}: {e}", path.display()))?;
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (lines, stop) = (lines.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(n) = socket.recv(&mut buf) {
+                        let text = String::from_utf8_lossy(&buf[..n]);
+                        // "<14>cni-guard[PID]: verb=..." (plugin/src/log.rs)
+                        let line = text.find("]: ").map_or(&text[..], |i| &text[i + 3..]);
+                        lines.lock().unwrap().push(line.trim_end().to_string());
+                    }
+                }
+            })
+        };
+        Ok(Self {
+            path: path.to_owned(),
+            lines,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+impl Drop for GuardLog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The private config: every path containerd writes into `dir`, the CRI's CNI settings at the
+/// suite's folders, the sandbox image a local one, unused snapshotters off.
+fn config_toml(generation: Generation, dir: &Path) -> String {
+    match generation {
+        Generation::Debian => config_v2(dir),
+        Generation::Current => config_v4(dir),
+    }
+}
+
+/// containerd 1.6 (config version 2). Keys checked against `containerd config default` of the
 /// packaged 1.6.20.
-fn config_toml(dir: &Path) -> String {
+fn config_v2(dir: &Path) -> String {
     let d = dir.display();
     format!(
         r#"version = 2
@@ -323,6 +418,62 @@ disabled_plugins = [
     )
 }
 
+/// containerd 2.x (config version 4, v2.4's own: `containerd config default` of v2.4.2 and
+/// internal/cri/config). Version 3 is still read but migrated at every start (with a warning);
+/// 4 moved the gRPC/ttrpc addresses under the `io.containerd.server.v1.*` plugins. The CRI's
+/// keys are the same in both: CNI under `io.containerd.cri.v1.runtime`, the sandbox image
+/// pinned under `io.containerd.cri.v1.images`, streaming under `io.containerd.grpc.v1.cri`.
+/// NRI is off (its socket would be the machine's /var/run/nri/nri.sock).
+fn config_v4(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"version = 4
+root = "{d}/root"
+state = "{d}/state"
+temp = "{d}/tmp"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.nri.v1.nri",
+]
+
+[plugins]
+  [plugins.'io.containerd.server.v1.grpc']
+    address = "{d}/containerd.sock"
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = "{d}/containerd.sock.ttrpc"
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "{d}/opt"
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "{SANDBOX_IMAGE}"
+  [plugins.'io.containerd.cri.v1.runtime']
+    enable_selinux = false
+    disable_apparmor = true
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["{d}/bin"]
+      conf_dir = "{d}/net.d"
+      max_conf_num = 1
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          Root = "{d}/runc"
+"#
+    )
+}
+
 /// The `k8s.io` cgroup folders containerd uses for sandboxes (cgroup v1: one per controller).
 fn k8s_cgroups() -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir("/sys/fs/cgroup") else {
@@ -349,10 +500,39 @@ fn kill_own_shims(socket: &Path) {
         let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
             continue;
         };
-        let is_shim = cmdline.starts_with(b"/usr/bin/containerd-shim")
-            || cmdline.starts_with(b"containerd-shim");
+        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        let is_shim = argv0
+            .rsplit(|b| *b == b'/')
+            .next()
+            .is_some_and(|name| name.starts_with(b"containerd-shim"));
         if is_shim && cmdline.windows(needle.len()).any(|w| w == needle) {
             eprintln!("cleanup: killing leftover shim {pid}");
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// Plugins still running from the suite's bin dir (a delegate that hangs, left by a daemon
+/// that was stopped mid-call) are killed: their command line starts with a path in `bin_dir`.
+fn kill_own_plugins(bin_dir: &Path) {
+    let needle = bin_dir.as_os_str().as_encoded_bytes();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.filter_map(|e| e.ok()) {
+        let Ok(pid) = p.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg.starts_with(needle))
+        {
+            eprintln!("cleanup: killing leftover plugin {pid}");
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
@@ -433,19 +613,27 @@ mod tests {
 
     #[test]
     fn config_points_everything_into_the_private_dir() {
-        let cfg = config_toml(Path::new("/x/y"));
-        for line in [
-            "root = \"/x/y/root\"",
-            "state = \"/x/y/state\"",
-            "address = \"/x/y/containerd.sock\"",
-            "conf_dir = \"/x/y/net.d\"",
-            "bin_dir = \"/x/y/bin\"",
-            "path = \"/x/y/opt\"",
-            "Root = \"/x/y/runc\"",
-            "netns_mounts_under_state_dir = true",
-            "max_conf_num = 1",
-        ] {
-            assert!(cfg.contains(line), "missing {line}");
+        for generation in Generation::ALL {
+            let cfg = config_toml(generation, Path::new("/x/y"));
+            let bin = if generation == Generation::Debian {
+                "bin_dir = \"/x/y/bin\""
+            } else {
+                "bin_dirs = [\"/x/y/bin\"]"
+            };
+            assert!(cfg.contains(bin), "{generation:?}: missing {bin}");
+            for line in [
+                "root = \"/x/y/root\"",
+                "state = \"/x/y/state\"",
+                "address = \"/x/y/containerd.sock\"",
+                "conf_dir = \"/x/y/net.d\"",
+                "path = \"/x/y/opt\"",
+                "Root = \"/x/y/runc\"",
+                "netns_mounts_under_state_dir = true",
+                "max_conf_num = 1",
+                SANDBOX_IMAGE,
+            ] {
+                assert!(cfg.contains(line), "{generation:?}: missing {line}");
+            }
         }
     }
 

@@ -7,28 +7,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::netns::run;
+use crate::runtime::{self, Generation};
 
-/// Reference plugins from Debian's containernetworking-plugins.
-pub const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
-
-const TOOLS: &[&str] = &[
-    "containerd",
-    "containerd-shim-runc-v2",
-    "ctr",
-    "runc",
-    "nsenter",
-    "ip",
-    "umount",
-    "tar",
-    "sha256sum",
-];
+const TOOLS: &[&str] = &["runc", "nsenter", "ip", "umount", "tar", "sha256sum"];
 
 /// Skips (locally) or fails (under CI=true) because of `why`. Returns false for `if !..{return}`.
 pub fn unmet(suite: &str, why: &str) -> bool {
     test_support::prerequisites(
         suite,
         &[format!(
-            "{why} (this suite needs root and containerd; see scripts/test.d/30-containerd.sh)"
+            "{why} (this suite needs root, containerd 1.6 and 2.x and crictl; see \
+             scripts/test.d/30-containerd.sh and scripts/setup.sh)"
         )],
     )
 }
@@ -41,8 +30,16 @@ fn on_path(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Root, the tools, the reference plugins and the static busybox for the sandbox image.
-pub fn can_run(suite: &str) -> bool {
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Root, the tools, `generation`'s containerd, shim, ctr and reference plugins, crictl, and the
+/// static busybox for the sandbox image.
+pub fn can_run(suite: &str, generation: Generation) -> bool {
     if !test_support::is_root() {
         return unmet(suite, "root");
     }
@@ -51,9 +48,26 @@ pub fn can_run(suite: &str) -> bool {
             return unmet(suite, &format!("`{tool}` not found"));
         }
     }
-    for plugin in ["bridge", "host-local"] {
-        if !Path::new(REFERENCE_PLUGINS).join(plugin).exists() {
-            return unmet(suite, &format!("{REFERENCE_PLUGINS}/{plugin} missing"));
+    let shim_dir = generation.shim_dir();
+    let binaries = [
+        generation.containerd(),
+        shim_dir.join("containerd-shim-runc-v2"),
+        generation.ctr(),
+        runtime::crictl(),
+        generation.plugins().join("bridge"),
+        generation.plugins().join("host-local"),
+        generation.plugins().join("loopback"),
+    ];
+    for b in binaries {
+        if !executable(&b) {
+            return unmet(
+                suite,
+                &format!(
+                    "{} missing (containerd {})",
+                    b.display(),
+                    generation.label()
+                ),
+            );
         }
     }
     if !Path::new("/bin/busybox").exists() {
@@ -113,9 +127,14 @@ pub fn build_image(kind: &str, out: &Path, args: &[&str]) -> Result<Vec<String>,
         .collect())
 }
 
-/// Fills containerd's CNI bin dir: the reference plugins (symlinked) plus `extra` (copied).
-pub fn populate_bin_dir(bin_dir: &Path, extra: &[(&str, &Path)]) -> Result<(), String> {
-    let entries = std::fs::read_dir(REFERENCE_PLUGINS).map_err(|e| e.to_string())?;
+/// Fills containerd's CNI bin dir: the reference plugins in `plugins` (symlinked) plus `extra`
+/// (copied).
+pub fn populate_bin_dir(
+    plugins: &Path,
+    bin_dir: &Path,
+    extra: &[(&str, &Path)],
+) -> Result<(), String> {
+    let entries = std::fs::read_dir(plugins).map_err(|e| e.to_string())?;
     for e in entries.filter_map(|e| e.ok()) {
         let target = bin_dir.join(e.file_name());
         if !target.exists() {

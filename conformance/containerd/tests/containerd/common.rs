@@ -1,8 +1,8 @@
-//! What several suites share: sandbox creation and inspection through the CRI.
+//! What several suites share: sandbox creation and inspection through crictl.
 use std::path::PathBuf;
 use std::time::Duration;
 
-use containerd_conformance::cri::{pod_config, PodSandboxState, RuntimeClient};
+use containerd_conformance::crictl::{netns_of, CriError, Crictl};
 use containerd_conformance::netns::{interfaces_in, Interface};
 
 /// A running sandbox as the suites see it.
@@ -15,28 +15,27 @@ pub struct Sandbox {
     pub interfaces: Vec<Interface>,
 }
 
-/// RunPodSandbox, then PodSandboxStatus and a look inside its network namespace.
-pub async fn run_sandbox(
-    cri: &RuntimeClient,
+/// `crictl runp`, then `crictl inspectp` and a look inside its network namespace.
+pub fn run_sandbox(
+    crictl: &Crictl,
     name: &str,
     namespace: &str,
     attempt: u32,
-) -> Result<Sandbox, tonic::Status> {
-    let id = cri
-        .run_pod_sandbox(pod_config(name, namespace, attempt))
-        .await?;
-    let status = cri.pod_sandbox_status(&id, false).await?;
-    let status = status.status.expect("PodSandboxStatus has a status");
+) -> Result<Sandbox, CriError> {
+    let id = crictl.runp(name, namespace, attempt)?;
+    let inspect = crictl.inspectp(&id)?;
     assert_eq!(
-        status.state,
-        PodSandboxState::SandboxReady as i32,
-        "sandbox {id} is not ready"
+        inspect["status"]["state"], "SANDBOX_READY",
+        "sandbox {id} is not ready: {}",
+        inspect["status"]
     );
-    let ip = status.network.map(|n| n.ip).unwrap_or_default();
-    let netns = cri
-        .sandbox_netns(&id)
-        .await?
-        .unwrap_or_else(|| panic!("sandbox {id} has no network namespace path"));
+    let ip = inspect
+        .pointer("/status/network/ip")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let netns =
+        netns_of(&inspect).unwrap_or_else(|| panic!("sandbox {id} has no network namespace"));
     let interfaces = interfaces_in(&netns).unwrap_or_else(|e| panic!("{e}"));
     Ok(Sandbox {
         id,

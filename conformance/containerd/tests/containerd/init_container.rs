@@ -7,24 +7,24 @@ use std::time::{Duration, Instant};
 
 use containerd_conformance::cni::{self, as_conflist, bridge_network, write_atomically};
 use containerd_conformance::netns::{random_suffix, run};
-use containerd_conformance::{prereq, start_containerd};
+use containerd_conformance::{on_both_generations, prereq, start_containerd, Generation};
 
 use crate::common::{run_sandbox, NETWORK_READY};
 
 const GUARD_IMAGE: &str = "localhost/cni-guard:test";
 
-#[test]
-#[ignore = "needs root and containerd: run by scripts/test.d/30-containerd.sh"]
-fn init_container_installs_the_guard() {
+on_both_generations!(init_container_installs_the_guard);
+
+fn init_container_installs_the_guard(generation: Generation) {
     const SUITE: &str = "init_container_installs_the_guard";
-    if !prereq::can_run(SUITE) {
+    if !prereq::can_run(SUITE, generation) {
         return;
     }
     let Some(guard) = prereq::binary(SUITE, "CNI_GUARD_BIN", "cni-guard") else {
         return;
     };
     // The bin dir holds only the reference plugins: the install container brings the guard.
-    let ctrd = start_containerd(&[]);
+    let ctrd = start_containerd(generation, &[]);
     let conf_dir = ctrd.conf_dir();
     let bin_dir = ctrd.bin_dir();
     let ipam = ctrd.scratch("ipam");
@@ -32,12 +32,10 @@ fn init_container_installs_the_guard() {
     let net = bridge_network("pods", "cni-pods", "10.80.0.0/24", &ipam);
     write_atomically(&conf_dir, "10-pods.conflist", &as_conflist(&net)).unwrap();
     ctrd.wait_network_ready(NETWORK_READY).unwrap();
-    let cri = ctrd.cri();
+    let crictl = ctrd.crictl();
 
     // Before: containerd uses the pod network directly.
-    let before = ctrd
-        .block_on(run_sandbox(&cri, "before", "suite4", 0))
-        .unwrap();
+    let before = run_sandbox(crictl, "before", "suite4", 0).unwrap();
     assert!(cni::guard_records(&cache).is_empty());
     assert!(!bin_dir.join("cni-guard").exists());
 
@@ -66,7 +64,7 @@ fn init_container_installs_the_guard() {
         format!("type=bind,src={},dst={dst},options=rbind:rw", src.display())
     };
     let started = Instant::now();
-    let out = run(Command::new("ctr")
+    let out = run(Command::new(generation.ctr())
         .arg("-a")
         .arg(ctrd.socket())
         .args(["-n", "k8s.io", "run", "--rm"])
@@ -106,8 +104,8 @@ fn init_container_installs_the_guard() {
     // containerd picks it up by itself (no restart).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let status = ctrd.block_on(cri.status(true)).unwrap();
-        let loaded = status.info.get("cniconfig").cloned().unwrap_or_default();
+        let info = crictl.info().unwrap();
+        let loaded = info["cniconfig"].to_string();
         if loaded.contains(cni::GUARD_NETWORK) {
             break;
         }
@@ -118,14 +116,13 @@ fn init_container_installs_the_guard() {
         std::thread::sleep(Duration::from_millis(20));
     }
     println!(
-        "containerd loaded the guard {:?} after the install container started",
+        "{} loaded the guard {:?} after the install container started",
+        ctrd.runtime_name(),
         started.elapsed()
     );
 
     // After: the next sandbox goes through the guard (its record is the proof).
-    let after = ctrd
-        .block_on(run_sandbox(&cri, "after", "suite4", 0))
-        .unwrap();
+    let after = run_sandbox(crictl, "after", "suite4", 0).unwrap();
     assert!(after.ip.starts_with("10.80.0."), "{after:?}");
     let records = cni::guard_records(&cache);
     assert_eq!(
@@ -135,8 +132,8 @@ fn init_container_installs_the_guard() {
     );
 
     for id in [&before.id, &after.id] {
-        ctrd.block_on(cri.stop_pod_sandbox(id)).unwrap();
-        ctrd.block_on(cri.remove_pod_sandbox(id)).unwrap();
+        crictl.stopp(id).unwrap();
+        crictl.rmp(id).unwrap();
     }
     assert!(cni::reservations(&ipam, "pods").is_empty());
     assert!(cni::guard_records(&cache).is_empty());

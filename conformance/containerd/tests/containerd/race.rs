@@ -15,9 +15,11 @@ use containerd_conformance::cni::{
     self, as_conf, as_conflist, bridge_network, mini_multus_conf, write_atomically,
 };
 use containerd_conformance::containerd::cni_results_for;
-use containerd_conformance::cri::RuntimeClient;
+use containerd_conformance::crictl::Crictl;
 use containerd_conformance::netns::interfaces_in;
-use containerd_conformance::{prereq, start_containerd, Containerd};
+use containerd_conformance::{
+    on_both_generations, prereq, start_containerd, Containerd, Generation,
+};
 use serde_json::Value;
 
 const SANDBOXES: usize = 200;
@@ -139,23 +141,14 @@ fn layout(ctrd: &Containerd, guard: bool) -> Layout {
     }
 }
 
-async fn create(cri: RuntimeClient, name: String, attempt: u32) -> Created {
-    match cri
-        .run_pod_sandbox(containerd_conformance::cri::pod_config(
-            &name, "race", attempt,
-        ))
-        .await
-    {
+fn create(crictl: &Crictl, name: String, attempt: u32) -> Created {
+    match crictl.runp(&name, "race", attempt) {
         Ok(id) => {
-            let netns = cri
+            let netns = crictl
                 .sandbox_netns(&id)
-                .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("{id}: no netns"));
-            let ifaces = tokio::task::spawn_blocking(move || interfaces_in(&netns))
-                .await
-                .unwrap()
-                .unwrap();
+            let ifaces = interfaces_in(&netns).unwrap();
             let mut names: Vec<String> = ifaces.into_iter().map(|i| i.name).collect();
             names.sort();
             let outcome = match names.iter().map(String::as_str).collect::<Vec<_>>()[..] {
@@ -170,9 +163,10 @@ async fn create(cri: RuntimeClient, name: String, attempt: u32) -> Created {
             }
         }
         Err(e) => {
-            let msg = e.message();
+            let msg = &e.message;
             assert!(
-                msg.contains("plugin type=\"cni-guard\" failed (add)")
+                msg.contains("plugin type=\"cni-guard\"")
+                    && msg.contains("failed (add)")
                     && msg.contains("00-multus.conf"),
                 "{name}: RunPodSandbox failed, but not by the guard's refusal: {msg}"
             );
@@ -185,60 +179,81 @@ async fn create(cri: RuntimeClient, name: String, attempt: u32) -> Created {
     }
 }
 
-async fn create_all(cri: &RuntimeClient, names: Vec<String>, attempt: u32) -> Vec<Created> {
-    let limit = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
-    let mut tasks = Vec::new();
-    for name in names {
-        let (cri, limit) = (cri.clone(), limit.clone());
-        tasks.push(tokio::spawn(async move {
-            let _permit = limit.acquire_owned().await.unwrap();
-            create(cri, name, attempt).await
-        }));
-    }
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.expect("create task"));
-    }
-    out
+/// Runs `work` on every item, [`CONCURRENCY`] at a time (kubelet's pod workers); results in
+/// the items' order.
+fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..CONCURRENCY)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, work(item)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
-async fn remove_all(cri: &RuntimeClient, ids: Vec<String>) -> Vec<String> {
-    let limit = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
-    let mut tasks = Vec::new();
-    for id in ids {
-        let (cri, limit) = (cri.clone(), limit.clone());
-        tasks.push(tokio::spawn(async move {
-            let _permit = limit.acquire_owned().await.unwrap();
-            let mut errors = Vec::new();
-            if let Err(e) = cri.stop_pod_sandbox(&id).await {
-                errors.push(format!("stop {id}: {}", e.message()));
-            }
-            if let Err(e) = cri.remove_pod_sandbox(&id).await {
-                errors.push(format!("remove {id}: {}", e.message()));
-            }
-            errors
-        }));
-    }
-    let mut errors = Vec::new();
-    for t in tasks {
-        errors.extend(t.await.expect("remove task"));
-    }
-    errors
+fn create_all(crictl: &Crictl, names: Vec<String>, attempt: u32) -> Vec<Created> {
+    in_parallel(&names, |name| create(crictl, name.clone(), attempt))
 }
 
-fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usize, usize, Leaks) {
-    let ctrd = start_containerd(&[("cni-guard", guard_bin), ("mini-multus", mini_multus)]);
+fn remove_all(crictl: &Crictl, ids: &[String]) -> Vec<String> {
+    in_parallel(ids, |id| {
+        let mut errors = Vec::new();
+        if let Err(e) = crictl.stopp(id) {
+            errors.push(format!("stop {id}: {e}"));
+        }
+        if let Err(e) = crictl.rmp(id) {
+            errors.push(format!("remove {id}: {e}"));
+        }
+        errors
+    })
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+struct RaceRun {
+    runtime: String,
+    sandboxes: usize,
+    full: usize,
+    refused: usize,
+    bare: usize,
+    leaks: Leaks,
+}
+
+fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: bool) -> RaceRun {
+    let ctrd = start_containerd(
+        generation,
+        &[("cni-guard", guard_bin), ("mini-multus", mini_multus)],
+    );
+    let runtime = ctrd.runtime_name();
     let l = layout(&ctrd, guard);
     ctrd.wait_network_ready(crate::common::NETWORK_READY)
         .unwrap();
-    let cri = ctrd.cri();
+    let crictl = ctrd.crictl();
+    let sandboxes = race_sandboxes();
+    let run_started = Instant::now();
     let on = if guard { "on" } else { "off" };
 
     // 1. Sandboxes created while the Multus file flaps.
     let started = Instant::now();
     let mut flapper = Flapper::start(&l.conf_dir, "00-multus.conf", l.multus.clone());
-    let names: Vec<String> = (0..SANDBOXES).map(|i| format!("pod-{i:03}")).collect();
-    let created = ctrd.block_on(create_all(&cri, names, 0));
+    let names: Vec<String> = (0..sandboxes).map(|i| format!("pod-{i:03}")).collect();
+    let created = create_all(crictl, names, 0);
     let flaps = flapper.stop();
     let count = |o: Outcome| created.iter().filter(|c| c.outcome == o).count();
     let (full, bare, refused) = (
@@ -247,7 +262,7 @@ fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usi
         count(Outcome::Refused),
     );
     println!(
-        "race guard={on}: {SANDBOXES} sandboxes in {:?} over {flaps} flaps: full={full} bare={bare} refused={refused}",
+        "race {runtime} guard={on}: {sandboxes} sandboxes in {:?} over {flaps} flaps: full={full} bare={bare} refused={refused}",
         started.elapsed()
     );
 
@@ -257,7 +272,7 @@ fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usi
         .filter(|c| c.outcome == Outcome::Refused)
         .map(|c| c.name.clone())
         .collect();
-    let retried = ctrd.block_on(create_all(&cri, retry, 1));
+    let retried = create_all(crictl, retry, 1);
     for r in &retried {
         assert_eq!(
             r.outcome,
@@ -276,9 +291,9 @@ fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usi
         .filter_map(|c| c.id.clone())
         .collect();
     let mut flapper = Flapper::start(&l.conf_dir, "00-multus.conf", l.multus.clone());
-    let errors = ctrd.block_on(remove_all(&cri, ids.clone()));
+    let errors = remove_all(crictl, &ids);
     flapper.stop();
-    let leftover = ctrd.block_on(cri.list_pod_sandbox()).unwrap();
+    let leftover = crictl.pods().unwrap();
     let leaks = Leaks {
         cluster: cni::reservations(&l.ipam, "cilium"),
         vlan: cni::reservations(&l.ipam, "vlan"),
@@ -287,7 +302,7 @@ fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usi
         sandboxes: leftover.len(),
     };
     println!(
-        "race-leaks runtime=containerd guard={on} cluster={} vlan={} records={} cni-cache={} sandboxes={} teardown-errors={}",
+        "race-leaks runtime={runtime} guard={on} cluster={} vlan={} records={} cni-cache={} sandboxes={} teardown-errors={}",
         leaks.cluster.len(),
         leaks.vlan.len(),
         leaks.records,
@@ -298,17 +313,28 @@ fn race(guard_bin: &Path, mini_multus: &Path, guard: bool) -> (usize, usize, usi
     for e in errors.iter().take(5) {
         println!("  teardown error: {e}");
     }
+    println!(
+        "race-duration runtime={runtime} guard={on} sandboxes={sandboxes} s={:.1}",
+        run_started.elapsed().as_secs_f64()
+    );
     if guard {
         assert!(
             errors.is_empty(),
             "teardown through the guard failed: {errors:?}"
         );
     }
-    (SANDBOXES, full, refused, bare, leaks)
+    RaceRun {
+        runtime,
+        sandboxes,
+        full,
+        refused,
+        bare,
+        leaks,
+    }
 }
 
-fn binaries(suite: &str) -> Option<(PathBuf, PathBuf)> {
-    if !prereq::can_run(suite) {
+fn binaries(suite: &str, generation: Generation) -> Option<(PathBuf, PathBuf)> {
+    if !prereq::can_run(suite, generation) {
         return None;
     }
     let guard = prereq::binary(suite, "CNI_GUARD_BIN", "cni-guard")?;
@@ -316,34 +342,53 @@ fn binaries(suite: &str) -> Option<(PathBuf, PathBuf)> {
     Some((guard, mini_multus))
 }
 
-#[test]
-#[ignore = "needs root and containerd: run by scripts/test.d/30-containerd.sh"]
-fn reboot_race_on_containerd() {
-    let Some((guard, mini_multus)) = binaries("reboot_race_on_containerd") else {
+on_both_generations!(reboot_race_on_containerd);
+
+fn reboot_race_on_containerd(generation: Generation) {
+    let Some((guard, mini_multus)) = binaries("reboot_race_on_containerd", generation) else {
         return;
     };
     for on in race_runs() {
-        let (n, full, refused, bare, leaks) = race(&guard, &mini_multus, on);
-        let leaked = leaks.total();
+        let r = race(generation, &guard, &mini_multus, on);
+        let leaked = r.leaks.total();
         println!(
-            "race-summary runtime=containerd guard={} sandboxes={n} full={full} refused={refused} bare={bare} leaked={leaked}",
-            if on { "on" } else { "off" }
+            "race-summary runtime={} guard={} sandboxes={} full={} refused={} bare={} leaked={leaked}",
+            r.runtime,
+            if on { "on" } else { "off" },
+            r.sandboxes,
+            r.full,
+            r.refused,
+            r.bare
         );
-        assert_eq!(full + refused + bare, n);
+        assert_eq!(r.full + r.refused + r.bare, r.sandboxes);
         if on {
-            assert_eq!(bare, 0, "the guard let bare sandboxes through");
+            assert_eq!(r.bare, 0, "the guard let bare sandboxes through");
             assert_eq!(
-                leaked, 0,
+                leaked,
+                0,
                 "left after teardown: cluster {:?} vlan {:?} records {} cache {} sandboxes {}",
-                leaks.cluster, leaks.vlan, leaks.records, leaks.cni_cache, leaks.sandboxes
+                r.leaks.cluster,
+                r.leaks.vlan,
+                r.leaks.records,
+                r.leaks.cni_cache,
+                r.leaks.sandboxes
             );
         } else {
             assert!(
-                bare > 0,
+                r.bare > 0,
                 "the race was not reproduced: no bare sandbox without the guard"
             );
         }
     }
+}
+
+/// `RACE_SANDBOXES=N` changes the count locally (the summary lines name it).
+fn race_sandboxes() -> usize {
+    std::env::var("RACE_SANDBOXES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(SANDBOXES)
 }
 
 fn race_runs() -> Vec<bool> {

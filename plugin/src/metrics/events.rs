@@ -82,15 +82,22 @@ pub fn append(cache_dir: &Path, event: &Event<'_>) -> bool {
 }
 
 fn append_line(cache_dir: &Path, line: &[u8]) -> io::Result<()> {
-    // The same trust as the records: a real directory of ours, never through a symlink.
-    let dir = at::open_dir(None, cache_dir.as_os_str())?;
-    let st = at::fstat(&dir)?;
-    if st.st_uid != sys::geteuid() || st.st_mode & 0o002 != 0 {
-        return Err(io::ErrorKind::PermissionDenied.into());
-    }
-    let file = at::open_append(&dir, OsStr::new(FILE))?;
+    // Never through a symlink, in any component: one openat2 call where the kernel has it,
+    // else the cache dir opened O_NOFOLLOW and the file relative to it.
+    let file = match at::open_append_no_symlinks(&cache_dir.join(FILE)) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let dir = at::open_dir(None, cache_dir.as_os_str())?;
+            at::open_append(&dir, OsStr::new(FILE))?
+        }
+        other => other?,
+    };
+    // Ours (keep creates it as the guard's user), a regular file, under the bound.
     let st = at::fstat(&file)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size as u64 >= MAX_BYTES {
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG
+        || st.st_uid != sys::geteuid()
+        || st.st_mode & 0o022 != 0
+        || st.st_size as u64 >= MAX_BYTES
+    {
         return Err(io::ErrorKind::InvalidData.into());
     }
     write_once(&file, line)
@@ -161,7 +168,11 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, d.path().join(FILE)).unwrap();
         assert!(!append(d.path(), &e));
         assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "");
-        // A directory in its place, or a cache dir that is not ours to trust: nothing.
+        // A symlinked cache dir is not followed either.
+        let linked = d.path().join("linked-cache");
+        std::os::unix::fs::symlink(d.path(), &linked).unwrap();
+        assert!(!append(&linked, &e));
+        // A directory in its place, or a missing cache dir: nothing.
         std::fs::remove_file(d.path().join(FILE)).unwrap();
         std::fs::create_dir(d.path().join(FILE)).unwrap();
         assert!(!append(d.path(), &e));

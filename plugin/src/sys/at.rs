@@ -89,6 +89,22 @@ pub fn open_append(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
     Ok(openat(dir, name, flags, Mode::empty())?)
 }
 
+/// Opens an existing file to append to by its full path in one call, refusing a symlink in any
+/// component (`openat2` with `RESOLVE_NO_SYMLINKS`, Linux 5.6+); `ENOSYS` before that.
+pub fn open_append_no_symlinks(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use nix::fcntl::{openat2, OpenHow, ResolveFlag};
+    let how = OpenHow::new()
+        .flags(
+            OFlag::O_WRONLY
+                | OFlag::O_APPEND
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
+        )
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    Ok(openat2(AT_FDCWD, path, how)?)
+}
+
 pub fn unlink(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?)
 }

@@ -154,6 +154,8 @@ pub struct Entry {
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub attachments: Field<Vec<Value>>,
     #[serde(skip_serializing_if = "Field::is_absent")]
+    pub sockets: Field<Vec<Value>>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
     pub wait_seconds: Field<Number>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub delegate_timeout_seconds: Field<Number>,
@@ -321,6 +323,18 @@ impl Entry {
                 .collect::<std::result::Result<_, _>>()?,
             Err(_) => return Err(invalid("attachments", "attachments is not a list of paths")),
         };
+        let sockets = match self.sockets.given() {
+            Ok(None) => Vec::new(),
+            Ok(Some(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(p) => absolute_path("sockets", &format!("sockets[{i}]"), p),
+                    _ => Err(invalid("sockets", format!("sockets[{i}] is not a string"))),
+                })
+                .collect::<std::result::Result<_, _>>()?,
+            Err(_) => return Err(invalid("sockets", "sockets is not a list of paths")),
+        };
         let wait = WAIT.read(self.wait_seconds)?;
         let delegate_timeout = DELEGATE_TIMEOUT.read(self.delegate_timeout_seconds)?;
         let lock_wait = LOCK_WAIT.read(self.lock_wait_seconds)?;
@@ -348,6 +362,7 @@ impl Entry {
             plugin_type,
             delegate,
             attachments,
+            sockets,
             wait,
             delegate_timeout,
             lock_wait,
@@ -371,6 +386,8 @@ pub struct GuardConfig {
     pub plugin_type: String,
     pub delegate: PathBuf,
     pub attachments: Vec<PathBuf>,
+    /// Unix sockets that must accept connections (a daemon the delegate needs, such as Multus's).
+    pub sockets: Vec<PathBuf>,
     pub wait: Duration,
     /// How long one delegate plugin run as a child may take before it is killed.
     pub delegate_timeout: Duration,

@@ -7,6 +7,7 @@ use crate::config::GuardConfig;
 use crate::error::{Error, Kind};
 use crate::invoke::find_plugin;
 use crate::netconf::NetworkConfig;
+use crate::sys;
 
 /// One precondition of ADD.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum Precondition {
     Plugin(String),
     /// Strict mode: the file must not be writable by group or others.
     Permissions,
+    /// A unix socket that must accept connections (a daemon the delegate needs).
+    Socket,
 }
 
 #[derive(Debug, Clone)]
@@ -62,6 +65,7 @@ impl Item {
         let missing = p.msg() == "does not exist";
         Some(match (&self.what, *p.kind() == Kind::Misconfigured) {
             (Precondition::Permissions, _) => "permissions",
+            (Precondition::Socket, _) => "socket-dead",
             (Precondition::Plugin(_), _) => "plugin-missing",
             (_, true) => "recursion",
             (Precondition::Delegate, _) if missing => "delegate-missing",
@@ -77,6 +81,7 @@ impl Item {
             Precondition::Attachment => "attachment".to_owned(),
             Precondition::Plugin(t) => format!("plugin {t:?}"),
             Precondition::Permissions => "permissions of".to_owned(),
+            Precondition::Socket => "socket".to_owned(),
         };
         match &self.problem {
             None => format!("{what} {}", self.path.display()),
@@ -190,8 +195,31 @@ pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
         };
         report.items.push(item);
     }
+    for path in &cfg.sockets {
+        let item = match sys::unix_socket_accepts(path) {
+            Ok(()) => Item::holds(Precondition::Socket, path.clone()),
+            Err(e) => Item {
+                what: Precondition::Socket,
+                path: path.clone(),
+                problem: Some(Error::new(Kind::NotReady, socket_problem(&e))),
+            },
+        };
+        report.items.push(item);
+    }
     report.delegate = delegate;
     report
+}
+
+/// Why a socket does not accept connections, said after its path.
+fn socket_problem(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => "does not exist".to_owned(),
+        Some(libc::ECONNREFUSED) => {
+            "does not accept connections (refused: nothing listens on it)".to_owned()
+        }
+        Some(libc::ENOTSOCK) | Some(libc::ECONNRESET) => "is not a listening socket".to_owned(),
+        _ => format!("does not accept connections ({e})"),
+    }
 }
 
 fn check_config(
@@ -265,6 +293,52 @@ mod tests {
                 "delegate": delegate, "attachments": attachments});
             GuardConfig::parse(&serde_json::to_vec(&v).unwrap()).unwrap()
         }
+    }
+
+    #[test]
+    fn a_socket_must_accept_connections() {
+        let f = Fixture::new();
+        f.plugin("multus-shim");
+        let d = f.file(
+            "00-multus.conf",
+            r#"{"cniVersion":"1.0.0","name":"m","type":"multus-shim"}"#,
+        );
+        let sock = f.dir.path().join("multus.sock");
+        let mut cfg = f.config(&d, &[]);
+        cfg.sockets = vec![sock.clone()];
+        let socket_item = |r: &Report| {
+            r.items
+                .iter()
+                .find(|i| i.what == Precondition::Socket)
+                .unwrap()
+                .clone()
+        };
+        // Missing.
+        let r = check(&cfg, &[f.bin()]);
+        assert!(!r.ready());
+        assert_eq!(socket_item(&r).reason(), "does not exist");
+        assert_eq!(r.reason_tag(), Some("socket-dead"));
+        // Listening.
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert!(check(&cfg, &[f.bin()]).ready());
+        // The daemon died: the socket file stays, nothing listens (a SIGKILLed Multus).
+        drop(listener);
+        let r = check(&cfg, &[f.bin()]);
+        assert!(
+            socket_item(&r).reason().contains("refused"),
+            "{}",
+            socket_item(&r).reason()
+        );
+        let e = r.error().unwrap();
+        assert!(
+            e.msg().contains("socket") && e.msg().contains("multus.sock"),
+            "{}",
+            e.msg()
+        );
+        // A regular file in its place is no listener either.
+        std::fs::remove_file(&sock).unwrap();
+        std::fs::write(&sock, "").unwrap();
+        assert!(!check(&cfg, &[f.bin()]).ready());
     }
 
     #[test]

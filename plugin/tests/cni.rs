@@ -196,6 +196,34 @@ mod add {
     }
 
     #[test]
+    fn refuses_at_once_while_a_required_socket_is_dead_and_names_it() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let sock = fx.path("multus.sock");
+        let conf = fx.guard("1.1.0", json!({"sockets": [sock]}));
+        // The daemon was SIGKILLed: its socket file stays, nothing listens.
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        let start = Instant::now();
+        let e = fx.run("ADD", &conf).error(11);
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("socket") && msg.contains("multus.sock") && msg.contains("refused"),
+            "{e}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(fx.calls().is_empty());
+        let e = fx.run("STATUS", &conf).error(50);
+        assert!(e["msg"].as_str().unwrap().contains("multus.sock"), "{e}");
+        // The daemon is back.
+        std::fs::remove_file(&sock).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        fx.run("ADD", &conf).ok();
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+    }
+
+    #[test]
     fn refuses_a_half_written_delegate() {
         let fx = Fx::new();
         fx.plugin("multus-shim");

@@ -193,6 +193,11 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
     };
     let mut cfg = host_config.clone();
     cfg.delegate = under_root(root, &host_config.delegate);
+    cfg.sockets = host_config
+        .sockets
+        .iter()
+        .map(|p| under_root(root, p))
+        .collect();
     cfg.attachments = host_config
         .attachments
         .iter()
@@ -212,6 +217,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
             Precondition::Attachment => ("attachment", None),
             Precondition::Plugin(t) => ("plugin", Some(t.clone())),
             Precondition::Permissions => ("permissions", None),
+            Precondition::Socket => ("socket", None),
         };
         verdict.items.push(Line {
             check,

@@ -68,11 +68,12 @@ enum Takes {
 /// The conflist flags, and the key of the guard's entry each one sets. `take_flag` knows no
 /// others, and a test proves that they are the schema's keys ([`Entry`]) less those the runtime
 /// adds and `type`, each once.
-const KEY_FLAGS: [(&str, &str, Takes); 11] = [
+const KEY_FLAGS: [(&str, &str, Takes); 12] = [
     ("--network-name", "name", Takes::Text),
     ("--cni-version", "cniVersion", Takes::Text),
     ("--delegate", "delegate", Takes::Path),
     ("--attachment", "attachments", Takes::ListedPath),
+    ("--socket", "sockets", Takes::ListedPath),
     ("--cache-dir", "cacheDir", Takes::Path),
     ("--wait-seconds", WAIT.key, Takes::Seconds(&WAIT)),
     (

@@ -156,6 +156,23 @@ pub fn write_best_effort(fd: impl AsFd, mut data: &[u8]) {
     }
 }
 
+/// Whether something listens on the unix stream socket at `path`: a non-blocking connect, closed
+/// at once. A full backlog (`EAGAIN`) means a listener is there, busy: that counts as accepting.
+pub fn unix_socket_accepts(path: &Path) -> io::Result<()> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(path)?;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    match connect(fd.as_raw_fd(), &addr) {
+        Ok(()) | Err(Errno::EAGAIN) | Err(Errno::EINPROGRESS) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub fn geteuid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }

@@ -32,6 +32,8 @@ Written into the conflist (host paths, as the plugin sees them when containerd r
   --delegate FILE        the real network's config, e.g. /etc/cni/net.d/00-multus.conf (required)
   --attachment FILE      a config the delegate needs, e.g. /etc/cni/multus/net.d/05-cilium.conflist
                          (repeatable)
+  --socket FILE          a unix socket that must accept connections, e.g. Multus's
+                         /run/multus/multus.sock (repeatable)
   --cache-dir DIR        where the plugin keeps its ADD records [/var/lib/cni/cni-guard]
 
 Conflist settings:

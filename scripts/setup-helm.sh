@@ -9,6 +9,11 @@
 #   scripts/setup-helm.sh          # builds what is missing, prints where the binaries are
 #   . scripts/setup-helm.sh --env  # (sourced) only sets HELM_MODULE ... PROMTOOL_BIN, builds nothing
 #
+# Cold build cost measured on this project's 2-core machine (go1.26.8, nice -n 10, the cores
+# shared with other builds, module cache already holding setup.sh's modules): helm 545 s,
+# promtool 971 s (it pulls Prometheus's service-discovery dependencies); 25 min wall clock in all,
+# 9.3 min of CPU. Binaries: helm 91M, promtool 118M. A second run: "present", under a second.
+#
 # (To be folded into scripts/setup.sh, with the versions in scripts/versions.sh.)
 set -euo pipefail
 

@@ -1,0 +1,142 @@
+{{/*
+The objects' name: the release name when it contains the chart's name, else "RELEASE-cni-guard".
+*/}}
+{{- define "cni-guard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cni-guard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "cni-guard.name" . }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The DaemonSet's selector: the name alone, as in deploy/base, so a cluster can move between the
+kustomize manifests and the chart without recreating the DaemonSet (a selector is immutable).
+*/}}
+{{- define "cni-guard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cni-guard.name" . }}
+{{- end }}
+
+{{- define "cni-guard.podLabels" -}}
+{{ include "cni-guard.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "cni-guard.labels" -}}
+{{ include "cni-guard.selectorLabels" . }}
+app.kubernetes.io/part-of: cni-guard
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cni-guard.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The container's path of a host path: the pod sees the host's folders under /host.
+*/}}
+{{- define "cni-guard.inPod" -}}
+{{- printf "/host%s" . }}
+{{- end }}
+
+{{/*
+The metrics listen address, ADDRESS:PORT ([ADDRESS]:PORT for IPv6).
+*/}}
+{{- define "cni-guard.metricsAddress" -}}
+{{- $m := .Values.metrics }}
+{{- if contains ":" $m.address }}
+{{- printf "[%s]:%d" $m.address (int $m.port) }}
+{{- else }}
+{{- printf "%s:%d" $m.address (int $m.port) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The arguments of the install and keep containers, as a YAML list. THE ONE PLACE the guard's
+conflist flags are written: both containers render them from here, so keep (which rewrites
+whatever differs from its own flags) always writes the same bytes as install.
+
+  include "cni-guard.args" (dict "verb" "install" "root" $)
+
+install: the verb, --bin-dir, the conflist flags. keep: the verb, the same conflist flags, then
+--metrics-address when metrics are enabled. The order of the conflist flags is deploy/base's.
+*/}}
+{{- define "cni-guard.args" -}}
+{{- $v := .root.Values }}
+{{- $args := list .verb }}
+{{- if eq .verb "install" }}
+{{- $args = append $args (printf "--bin-dir=%s" (include "cni-guard.inPod" $v.binDir)) }}
+{{- else if ne .verb "keep" }}
+{{- fail (printf "cni-guard.args: unknown verb %q" .verb) }}
+{{- end }}
+{{- $args = append $args (printf "--conf-dir=%s" (include "cni-guard.inPod" $v.confDir)) }}
+{{- $args = append $args (printf "--conf-name=%s" $v.confName) }}
+{{- $args = append $args (printf "--network-name=%s" $v.networkName) }}
+{{- $args = append $args (printf "--cni-version=%s" $v.cniVersion) }}
+{{- $args = append $args (printf "--wait-seconds=%d" (int $v.waitSeconds)) }}
+{{- $args = append $args (printf "--cache-dir=%s" $v.cacheDir) }}
+{{- range $v.capabilities }}
+{{- $args = append $args (printf "--capability=%s" .) }}
+{{- end }}
+{{- $args = append $args (printf "--delegate=%s" $v.delegate) }}
+{{- range $v.attachments }}
+{{- $args = append $args (printf "--attachment=%s" .) }}
+{{- end }}
+{{- if not (kindIs "invalid" $v.delegateTimeoutSeconds) }}
+{{- $args = append $args (printf "--delegate-timeout-seconds=%d" (int $v.delegateTimeoutSeconds)) }}
+{{- end }}
+{{- if not (kindIs "invalid" $v.lockWaitSeconds) }}
+{{- $args = append $args (printf "--lock-wait-seconds=%d" (int $v.lockWaitSeconds)) }}
+{{- end }}
+{{- if not (kindIs "invalid" $v.statusTimeoutSeconds) }}
+{{- $args = append $args (printf "--status-timeout-seconds=%d" (int $v.statusTimeoutSeconds)) }}
+{{- end }}
+{{- if $v.strictPermissions }}
+{{- $args = append $args "--strict-permissions" }}
+{{- end }}
+{{- if and (eq .verb "keep") $v.metrics.enabled }}
+{{- $args = append $args (printf "--metrics-address=%s" (include "cni-guard.metricsAddress" .root)) }}
+{{- end }}
+{{- toYaml $args }}
+{{- end }}
+
+{{/*
+The host folders the readiness probe reads besides confDir: the folder of the delegate and of
+each attachment, each once, in order. A YAML list of {name, path}.
+*/}}
+{{- define "cni-guard.configDirs" -}}
+{{- $v := .Values }}
+{{- $dirs := list }}
+{{- range prepend $v.attachments $v.delegate }}
+{{- $dir := dir . }}
+{{- if and (ne $dir (clean $v.confDir)) (not (has $dir $dirs)) }}
+{{- $dirs = append $dirs $dir }}
+{{- end }}
+{{- end }}
+{{- $out := list }}
+{{- range $i, $dir := $dirs }}
+{{- $out = append $out (dict "name" (printf "cni-config-%d" $i) "path" $dir) }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{- define "cni-guard.securityContext" -}}
+runAsUser: 0
+runAsGroup: 0
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}

@@ -1,0 +1,421 @@
+#!/usr/bin/env bash
+# The Helm chart in deploy/helm/cni-guard, checked offline (no cluster):
+#  1. `helm lint --strict` with the default values and every values file in ci/;
+#  2. `helm template` with ci/multus-cilium-values.yaml renders the same objects as
+#     `kubectl kustomize deploy/multus-cilium` (and the default values, Namespace on, the same as
+#     deploy/base), after the normalisation described at `normalise` below;
+#  3. the rendered objects pass the same strict schema validation as the kustomize output
+#     (kubernetes-validate, two Kubernetes versions); the PodMonitor and PrometheusRule, which
+#     are CRDs, get a structural check and `promtool check rules` on their rule group;
+#  4. values.schema.json rejects a wrong type and unknown keys (helm template fails);
+#  5. install and keep get the same conflist flags for every values file, the probe checks the
+#     file keep writes, every /host mount is its host path, and the install flags run by the
+#     release binary write the conflist the values ask for;
+#  6. `promtool test rules` (deploy/helm/cni-guard/tests/alert-test.yaml): the alert fires with
+#     the node and reason labels for a node not ready for more than 5 minutes, and not for a blip.
+#
+# Needs kubectl (kustomize), python3 with pip, and Go (scripts/setup-helm.sh builds helm and
+# promtool, pinned, once). Under CI=true anything missing is a failure; locally it skips loudly.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+K8S_VERSIONS=(1.37.0 1.33.0)
+VALIDATE_VERSION=1.37.0
+CHART=deploy/helm/cni-guard
+NAMESPACE=cni-guard
+
+missing() {
+  if [ "${CI:-}" = true ]; then
+    echo "45-helm: FAIL: $1" >&2
+    exit 1
+  fi
+  echo "45-helm: SKIPPED: $1" >&2
+  exit 0
+}
+fail() {
+  echo "45-helm: FAIL: $1" >&2
+  exit 1
+}
+
+command -v kubectl >/dev/null || missing "kubectl is not installed (needed for kubectl kustomize)"
+command -v python3 >/dev/null || missing "python3 is not installed"
+# shellcheck source=../versions.sh
+. scripts/versions.sh
+if ! python3 -c 'import kubernetes_validate, yaml' 2>/dev/null ||
+  [ "$(python3 -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))')" != "$VALIDATE_VERSION" ]; then
+  if [ "$(id -u)" = 0 ] || [ -n "${VIRTUAL_ENV:-}" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$VALIDATE_VERSION"
+  else
+    missing "kubernetes-validate==$VALIDATE_VERSION is not installed (pip install it, or run as root)"
+  fi
+fi
+
+# shellcheck source=../setup-helm.sh
+. scripts/setup-helm.sh --env
+if [ ! -x "$HELM_BIN/helm" ] || [ ! -x "$PROMTOOL_BIN/promtool" ]; then
+  cni_guard_go >/dev/null || missing "no go >= $GO_MIN_VERSION to build helm and promtool (scripts/setup.sh installs it)"
+fi
+bash scripts/setup-helm.sh
+HELM=$HELM_BIN/helm
+PROMTOOL=$PROMTOOL_BIN/promtool
+
+BIN=target/release/cni-guard
+if [ ! -x "$BIN" ]; then
+  cargo build --release --locked -p cni-guard
+fi
+
+WORK=$(mktemp -d /tmp/cni-guard-helm.XXXXXX)
+cleanup() { rm -rf "$WORK"; }
+trap cleanup EXIT
+# helm keeps no state between runs and never reads the user's repositories or plugins.
+export HELM_CONFIG_HOME=$WORK/helm/config HELM_CACHE_HOME=$WORK/helm/cache HELM_DATA_HOME=$WORK/helm/data
+
+# The values files: the defaults, and each file in ci/.
+VALUES=(default)
+for f in "$CHART"/ci/*-values.yaml; do
+  name=$(basename "$f" -values.yaml)
+  VALUES+=("$name")
+done
+values_args() {
+  if [ "$1" != default ]; then
+    echo "-f $CHART/ci/$1-values.yaml"
+  fi
+}
+
+echo "-- lint"
+for v in "${VALUES[@]}"; do
+  # shellcheck disable=SC2046
+  "$HELM" lint --strict --quiet "$CHART" $(values_args "$v") >"$WORK/lint.out" 2>&1 ||
+    { cat "$WORK/lint.out" >&2; fail "helm lint --strict with $v values"; }
+  echo "helm lint --strict: $v values"
+done
+
+echo "-- render"
+for v in "${VALUES[@]}"; do
+  # shellcheck disable=SC2046
+  "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" $(values_args "$v") >"$WORK/helm-$v.yaml"
+  echo "helm template with $v values: $(grep -c '^kind:' "$WORK/helm-$v.yaml") objects"
+done
+# deploy/base's counterpart: the default values with the Namespace.
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true >"$WORK/helm-base.yaml"
+for overlay in base multus-cilium; do
+  kubectl kustomize "deploy/$overlay" >"$WORK/kustomize-$overlay.yaml"
+done
+
+echo "-- schema"
+# Core objects to kubernetes-validate, the Prometheus Operator's CRDs to a structural check.
+mkdir -p "$WORK/core" "$WORK/crd"
+python3 - "$WORK" "${VALUES[@]}" <<'PY'
+import os, sys, yaml
+work, names = sys.argv[1], sys.argv[2:]
+for name in names:
+    with open(os.path.join(work, f"helm-{name}.yaml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    core = [d for d in docs if not d["apiVersion"].startswith("monitoring.coreos.com/")]
+    crds = [d for d in docs if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    with open(os.path.join(work, "core", f"{name}.yaml"), "w") as f:
+        yaml.safe_dump_all(core, f)
+    for d in crds:
+        with open(os.path.join(work, "crd", f"{name}-{d['kind']}.yaml"), "w") as f:
+            yaml.safe_dump(d, f)
+PY
+for version in "${K8S_VERSIONS[@]}"; do
+  kubernetes-validate --strict --quiet -k "$version" "$WORK"/core/*.yaml
+  echo "all core objects of every values file valid against Kubernetes $version (strict)"
+done
+python3 - "$WORK" <<'PY'
+import glob, os, re, sys, yaml
+work = sys.argv[1]
+def fail(msg):
+    print("45-helm: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# The fields of monitoring.coreos.com/v1 that the chart uses, with their types; anything else
+# is an error (as the CRD's structural schema prunes or rejects it).
+def check(obj, shape, where):
+    if isinstance(shape, dict):
+        if not isinstance(obj, dict):
+            fail(f"{where}: not an object")
+        for k, v in obj.items():
+            if k not in shape:
+                fail(f"{where}: unknown field {k}")
+            check(v, shape[k], f"{where}.{k}")
+    elif isinstance(shape, list):
+        if not isinstance(obj, list) or not obj:
+            fail(f"{where}: not a non-empty list")
+        for i, item in enumerate(obj):
+            check(item, shape[0], f"{where}[{i}]")
+    elif shape == "duration":
+        if not (isinstance(obj, str) and DURATION.match(obj)):
+            fail(f"{where}: {obj!r} is not a duration")
+    elif shape == "labels":
+        if not (isinstance(obj, dict) and all(isinstance(v, str) for v in obj.values())):
+            fail(f"{where}: not a map of strings")
+    elif not isinstance(obj, shape):
+        fail(f"{where}: {obj!r} is not {shape.__name__}")
+
+META = {"name": str, "namespace": str, "labels": "labels"}
+SHAPES = {
+    "PodMonitor": {
+        "apiVersion": str, "kind": str, "metadata": META,
+        "spec": {
+            "selector": {"matchLabels": "labels"},
+            "podMetricsEndpoints": [{
+                "port": str, "path": str, "interval": "duration", "scrapeTimeout": "duration",
+                "relabelings": [{"sourceLabels": [str], "targetLabel": str}],
+            }],
+        },
+    },
+    "PrometheusRule": {
+        "apiVersion": str, "kind": str, "metadata": META,
+        "spec": {"groups": [{"name": str, "rules": [{
+            "alert": str, "expr": str, "for": "duration",
+            "labels": "labels", "annotations": "labels"}]}]},
+    },
+}
+files = sorted(glob.glob(os.path.join(work, "crd", "*.yaml")))
+if not files:
+    fail("no PodMonitor or PrometheusRule rendered (ci/everything-values.yaml enables both)")
+for path in files:
+    doc = yaml.safe_load(open(path))
+    kind = doc["kind"]
+    if doc["apiVersion"] != "monitoring.coreos.com/v1" or kind not in SHAPES:
+        fail(f"{path}: unexpected {doc['apiVersion']} {kind}")
+    check(doc, SHAPES[kind], kind)
+    if not NAME.match(doc["metadata"]["name"]):
+        fail(f"{kind}: bad name {doc['metadata']['name']}")
+    if kind == "PodMonitor":
+        (endpoint,) = doc["spec"]["podMetricsEndpoints"]
+        if endpoint["port"] != "metrics":
+            fail("PodMonitor scrapes a port other than the keep container's `metrics`")
+        if {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} not in endpoint["relabelings"]:
+            fail("PodMonitor does not label series with their node (the alert needs it)")
+    else:
+        # The rule group alone, for promtool check rules.
+        with open(path[:-5] + ".rules.yml", "w") as f:
+            yaml.safe_dump({"groups": doc["spec"]["groups"]}, f)
+    print(f"{os.path.basename(path)}: structure of monitoring.coreos.com/v1 {kind} as used")
+PY
+for rules in "$WORK"/crd/*.rules.yml; do
+  "$PROMTOOL" check rules "$rules" >"$WORK/promtool.out" 2>&1 ||
+    { cat "$WORK/promtool.out" >&2; fail "promtool check rules $(basename "$rules")"; }
+  echo "promtool check rules $(basename "$rules"): $(grep -o 'SUCCESS.*' "$WORK/promtool.out")"
+done
+
+echo "-- values.schema.json"
+# Each of these must make helm template fail, naming the offending key: all but the last through
+# values.schema.json, the last through the chart's own `fail`.
+SCHEMA_ERROR="values don't meet the specifications of the schema"
+rejects=(
+  "--set waitSeconds=soon|'/waitSeconds': got string, want integer"
+  "--set waitSeconds=601|/waitSeconds"
+  "--set-json 'attachments=\"/etc/cni/multus/net.d/05-cilium.conflist\"'|'/attachments': got string, want array"
+  "--set image.tag=1|'/image/tag': got number, want string"
+  "--set metrics.enabled=yes|'/metrics/enabled': got string, want boolean"
+  "--set delegateTimeoutSeconds=1.5|/delegateTimeoutSeconds"
+  "--set waitSecond=5|additional properties 'waitSecond' not allowed"
+  "--set metrics.prot=9000|'/metrics': additional properties 'prot' not allowed"
+  "--set-json 'tolerations=[{\"operator\":\"Exists\",\"efect\":\"NoSchedule\"}]'|'/tolerations/0': additional properties 'efect' not allowed"
+  "--set resources.requests.cpus=5m|'/resources/requests': additional properties 'cpus' not allowed"
+  "--set delegate=etc/cni/net.d/00-multus.conf|/delegate"
+  "--set cniVersion=2.0.0|/cniVersion"
+  "--set confName=guard.conf|/confName"
+  "--set metrics.enabled=false --set podMonitor.enabled=true|podMonitor.enabled needs metrics.enabled"
+)
+for case in "${rejects[@]}"; do
+  args=${case%%|*}
+  want=${case#*|}
+  if eval "\"\$HELM\" template cni-guard \"\$CHART\" -n \"\$NAMESPACE\" $args" >"$WORK/reject.out" 2>&1; then
+    fail "helm template accepted $args"
+  fi
+  grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
+  case $want in
+    *"podMonitor.enabled needs"*) ;;
+    *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
+  esac
+  echo "rejected: $args ($want)"
+done
+
+echo "-- manifests"
+python3 - "$WORK" "$BIN" "$CHART" "${VALUES[@]}" <<'PY'
+import copy, difflib, json, os, subprocess, sys, yaml
+
+work, binary, chart, names = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3], sys.argv[4:]
+def load(name):
+    with open(os.path.join(work, name + ".yaml")) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+def fail(msg):
+    print("45-helm: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+def flags(args):
+    return [tuple(a.partition("=")[::2]) for a in args]
+def values(name):
+    with open(os.path.join(chart, "values.yaml")) as f:
+        v = yaml.safe_load(f)
+    if name != "default":
+        with open(os.path.join(chart, "ci", name + "-values.yaml")) as f:
+            over = yaml.safe_load(f) or {}
+        def merge(a, b):
+            for k, x in b.items():
+                a[k] = merge(a.get(k, {}), x) if isinstance(x, dict) and isinstance(a.get(k), dict) else x
+            return a
+        merge(v, over)
+    return v
+
+# --- 2. the chart renders what kustomize renders ---------------------------------------------
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
+               "app.kubernetes.io/version"}
+def normalise(doc):
+    """What the comparison ignores, and why:
+    - the labels only Helm adds (HELM_LABELS): bookkeeping of the release, no behaviour;
+    - the keep container's --metrics-address flag and its `metrics` port: the chart turns
+      metrics on by default, the kustomize manifests do not (the flag is off by default);
+    - imagePullPolicy IfNotPresent: what the API server sets for a tagged image that is not
+      :latest when none is given, as kustomize's manifests do;
+    - volume names: local to the pod spec; each volume is identified by its host path (the
+      chart names the folders of attachments cni-config-N, the overlay multus-cni-conf).
+    Everything else, including the order of every list and of every argument, must be equal."""
+    doc = copy.deepcopy(doc)
+    def strip_labels(meta):
+        labels = meta.get("labels", {})
+        for k in HELM_LABELS:
+            labels.pop(k, None)
+    strip_labels(doc["metadata"])
+    if doc["kind"] == "DaemonSet":
+        tmpl = doc["spec"]["template"]
+        strip_labels(tmpl["metadata"])
+        spec = tmpl["spec"]
+        byname = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes", [])}
+        for v in spec.get("volumes", []):
+            v["name"] = "host:" + v["hostPath"]["path"]
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            c["args"] = [a for a in c.get("args", []) if not a.startswith("--metrics-address=")]
+            c["ports"] = [p for p in c.get("ports", []) if p.get("name") != "metrics"]
+            if not c["ports"]:
+                del c["ports"]
+            image = c["image"]
+            if c.get("imagePullPolicy") == "IfNotPresent" and ":" in image.rsplit("/", 1)[-1] \
+                    and not image.endswith(":latest"):
+                del c["imagePullPolicy"]
+            for m in c.get("volumeMounts", []):
+                m["name"] = "host:" + byname[m["name"]]
+    return doc
+
+def key(doc):
+    return (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+
+for helm_name, overlay in [("multus-cilium", "multus-cilium"), ("base", "base")]:
+    h = {key(d): normalise(d) for d in load("helm-" + helm_name)}
+    k = {key(d): normalise(d) for d in load("kustomize-" + overlay)}
+    check(sorted(h) == sorted(k), f"{helm_name}: helm renders {sorted(h)}, kustomize {sorted(k)}")
+    for obj in sorted(k):
+        if h[obj] != k[obj]:
+            a = yaml.safe_dump(k[obj], sort_keys=True).splitlines()
+            b = yaml.safe_dump(h[obj], sort_keys=True).splitlines()
+            fail(f"{helm_name}: {obj} differs from deploy/{overlay}:\n" +
+                 "\n".join(difflib.unified_diff(a, b, "kustomize", "helm", lineterm="")))
+    print(f"helm template ({helm_name} values) = kubectl kustomize deploy/{overlay}: "
+          f"{len(k)} objects equal after normalisation")
+
+# The comparison sees a difference: the two layouts differ by one attachment and its mount.
+ds = lambda name: normalise([d for d in load(name) if d["kind"] == "DaemonSet"][0])
+check(ds("helm-multus-cilium") != ds("kustomize-base"), "the comparison cannot tell base from multus-cilium")
+print("the comparison tells deploy/base from deploy/multus-cilium")
+
+# --- 5. install and keep agree, for every values file -----------------------------------------
+for name in names + ["base"]:
+    v = values(name) if name != "base" else values("default")
+    docs = load("helm-" + name)
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    (install,) = spec["initContainers"]
+    (keep,) = spec["containers"]
+    check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{name}: verbs")
+    inst = [f for f in flags(install["args"][1:]) if f[0] != "--bin-dir"]
+    metrics = [f for f in flags(keep["args"][1:]) if f[0] == "--metrics-address"]
+    kept = [f for f in flags(keep["args"][1:]) if f[0] != "--metrics-address"]
+    check(inst == kept, f"{name}: install and keep must write the same conflist:\n{inst}\n{kept}")
+    check(flags(install["args"][1:2]) == [("--bin-dir", "/host" + v["binDir"])], f"{name}: --bin-dir")
+    kf = dict(kept)
+    probe = keep["readinessProbe"]["exec"]["command"]
+    check(probe[:2] == ["/cni-guard", "check"], f"{name}: the probe runs check")
+    pf = dict(flags(probe[2:]))
+    check(pf["--config"] == kf["--conf-dir"] + "/" + kf["--conf-name"],
+          f"{name}: the probe checks the file keep writes")
+    check(pf["--cni-path"] == v["binDir"] and pf["--host-root"] == "/host", f"{name}: probe paths")
+    # The values reach the flags.
+    want = {"--delegate": [v["delegate"]], "--attachment": v["attachments"],
+            "--capability": v["capabilities"], "--cache-dir": [v["cacheDir"]],
+            "--wait-seconds": [str(v["waitSeconds"])], "--cni-version": [v["cniVersion"]],
+            "--conf-name": [v["confName"]], "--conf-dir": ["/host" + v["confDir"]],
+            "--network-name": [v["networkName"]],
+            "--strict-permissions": [""] if v["strictPermissions"] else []}
+    for flag, key_ in [("--delegate-timeout-seconds", "delegateTimeoutSeconds"),
+                       ("--lock-wait-seconds", "lockWaitSeconds"),
+                       ("--status-timeout-seconds", "statusTimeoutSeconds")]:
+        want[flag] = [] if v[key_] is None else [str(v[key_])]
+    for flag, w in want.items():
+        got = [val for n, val in kept if n == flag]
+        check(got == w, f"{name}: {flag} is {got}, the values say {w}")
+    check(set(kf) <= set(want), f"{name}: flags the test does not know: {set(kf) - set(want)}")
+    # Metrics: the flag and the port together, only when enabled.
+    ports = [p for p in keep.get("ports", []) if p["name"] == "metrics"]
+    if v["metrics"]["enabled"]:
+        addr = v["metrics"]["address"]
+        host = f"[{addr}]" if ":" in addr else addr
+        check(metrics == [("--metrics-address", f"{host}:{v['metrics']['port']}")],
+              f"{name}: keep's --metrics-address is {metrics}")
+        check(ports == [{"name": "metrics", "containerPort": v["metrics"]["port"], "protocol": "TCP"}],
+              f"{name}: the metrics port is {ports}")
+    else:
+        check(not metrics and not ports, f"{name}: metrics are off but rendered")
+    # Every /host/... mount is its host path; the probe sees the delegate and every attachment.
+    vols = {x["name"]: x["hostPath"]["path"] for x in spec["volumes"]}
+    for c in (install, keep):
+        for m in c["volumeMounts"]:
+            check(m["mountPath"] == "/host" + vols[m["name"]], f"{name}: {m['mountPath']} mounts {vols[m['name']]}")
+    keep_dirs = {m["mountPath"][len("/host"):] for m in keep["volumeMounts"]}
+    for path in [v["delegate"]] + v["attachments"]:
+        check(os.path.dirname(path) in keep_dirs, f"{name}: the probe cannot see {path}")
+    check(spec.get("hostNetwork") is True, f"{name}: hostNetwork")
+    print(f"{name}: install and keep get the same {len(kept)} conflist flags; probe, mounts and metrics as the values say")
+
+    # The install flags as the binary takes them: the conflist holds what the values say.
+    root = os.path.join(work, "host-" + name)
+    for d in [v["binDir"], v["confDir"]]:  # DirectoryOrCreate
+        os.makedirs(root + d, exist_ok=True)
+    mapped = [a.replace("=/host/", "=" + root + "/") for a in install["args"]]
+    proc = subprocess.run([binary] + mapped, capture_output=True, text=True,
+                          env={k: x for k, x in os.environ.items() if k != "CNI_COMMAND"})
+    check(proc.returncode == 0, f"{name}: {' '.join(mapped)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    conflist = json.load(open(os.path.join(root + v["confDir"], v["confName"])))
+    (entry,) = conflist["plugins"]
+    check(conflist["cniVersion"] == v["cniVersion"] and conflist["name"] == v["networkName"], f"{name}: conflist head")
+    check(entry["delegate"] == v["delegate"] and entry["attachments"] == v["attachments"]
+          and entry["cacheDir"] == v["cacheDir"] and entry["waitSeconds"] == v["waitSeconds"],
+          f"{name}: conflist entry {entry}")
+    check(entry.get("capabilities", {}) == {c: True for c in v["capabilities"]}, f"{name}: capabilities {entry}")
+    check(entry.get("strictPermissions", False) == v["strictPermissions"], f"{name}: strictPermissions")
+    for key_ in ["delegateTimeoutSeconds", "lockWaitSeconds", "statusTimeoutSeconds"]:
+        check(entry.get(key_) == v[key_], f"{name}: {key_} is {entry.get(key_)}, the values say {v[key_]}")
+print("the release binary's install, run with each rendering's flags, writes the conflist the values ask for")
+PY
+
+echo "-- alert"
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set prometheusRule.enabled=true \
+  --set prometheusRule.for=5m --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
+mkdir -p "$WORK/alert"
+python3 -c 'import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+yaml.safe_dump({"groups": doc["spec"]["groups"]}, open(sys.argv[2], "w"))' "$WORK/rule.yaml" "$WORK/alert/rules.yaml"
+cp "$CHART/tests/alert-test.yaml" "$WORK/alert/"
+"$PROMTOOL" check rules "$WORK/alert/rules.yaml" >/dev/null
+"$PROMTOOL" test rules "$WORK/alert/alert-test.yaml" >"$WORK/promtool.out" 2>&1 ||
+  { cat "$WORK/promtool.out" >&2; fail "promtool test rules"; }
+grep -E 'SUCCESS|PASS' "$WORK/promtool.out" | sed 's/^ */promtool test rules: /'
+echo "45-helm: all checks passed"

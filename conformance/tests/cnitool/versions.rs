@@ -1,13 +1,26 @@
-//! Suite 2: delegates at 0.3.1, 0.4.0, 1.0.0 behind guard conflists at each of them (9 pairs).
+//! Suite 2: delegates at 0.3.1, 0.4.0, 1.0.0 behind guard conflists at each of them (9 pairs);
+//! with plugins that have 1.1.0 (reference plugins 1.10), 1.1.0 too (16 pairs).
 use crate::{binaries, bridge_conflist, host_namespace, put};
 use conformance::cnitool::Cnitool;
 use conformance::fixture::Fixture;
+use conformance::generation::generation;
 use conformance::leaks::leases;
 use conformance::netns::Netns;
 use conformance::prereq::can_run;
 use conformance::sandbox::{allocated_ips, interfaces};
 
-const VERSIONS: [&str; 3] = ["0.3.1", "0.4.0", "1.0.0"];
+const VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// The versions up to the newest the run's plugins accept.
+fn tested_versions() -> Vec<&'static str> {
+    let newest = generation().plugins.newest_cni_version;
+    let end = VERSIONS
+        .iter()
+        .position(|v| *v == newest)
+        .expect("a known version")
+        + 1;
+    VERSIONS[..end].to_vec()
+}
 
 fn pair(fx: &Fixture, host: &Netns, index: usize, delegate_version: &str, guard_version: &str) {
     let label = format!("d{delegate_version}-g{guard_version}");
@@ -74,7 +87,10 @@ fn pair(fx: &Fixture, host: &Netns, index: usize, delegate_version: &str, guard_
         vec![],
         "{label}: lease left"
     );
-    println!("versions {label}: add parsed by cnitool (result {guard_version}), del clean");
+    println!(
+        "versions {} {label}: add parsed by cnitool (result {guard_version}), del clean",
+        generation().label()
+    );
 }
 
 #[test]
@@ -88,8 +104,9 @@ fn versions() {
     let host = host_namespace();
     std::thread::scope(|s| {
         let mut index = 0;
-        for delegate_version in VERSIONS {
-            for guard_version in VERSIONS {
+        let versions = tested_versions();
+        for &delegate_version in &versions {
+            for &guard_version in &versions {
                 let (fx, host) = (&fx, &host);
                 s.spawn(move || pair(fx, host, index, delegate_version, guard_version));
                 index += 1;

@@ -23,6 +23,8 @@ pub struct Cnitool {
     pub path: PathBuf,
     /// Whether it has the `status` and `gc` commands (libcni 1.2 and later).
     pub status_gc: bool,
+    /// The newest cniVersion its libcni parses results of (the guard's conflist can be no newer).
+    pub newest_cni_version: &'static str,
     /// Where it comes from, for a missing-prerequisite message.
     pub source: &'static str,
 }
@@ -69,12 +71,14 @@ fn cnitool_of(name: &str) -> Cnitool {
                     .unwrap_or_else(|_| env_or("CNITOOL", "/usr/local/bin/cnitool")),
             ),
             status_gc: false,
+            newest_cni_version: "1.0.0",
             source: "scripts/setup.sh builds it from Debian's source package",
         },
         "current" => Cnitool {
             version: current_version("CNI_VERSION"),
             path: Path::new(&env_or("CNITOOL_GO_BIN", "$CNITOOL_GO_BIN-unset")).join("cnitool"),
             status_gc: true,
+            newest_cni_version: "1.1.0",
             source: "scripts/setup.sh builds it; source scripts/versions.sh for CNITOOL_GO_BIN",
         },
         other => panic!("CONFORMANCE_CNITOOL={other}: expected debian or current"),

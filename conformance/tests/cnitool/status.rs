@@ -75,8 +75,9 @@ fn status() {
     println!(); // start on a fresh line after libtest\'s "test ... "
     let gen = generation();
     let fx = Fixture::new(&binaries(), true);
-    fx.tap_plugin("bridge");
-    fx.tap_plugin("host-local");
+    for plugin in ["bridge", "host-local", "ptp", "macvlan"] {
+        fx.tap_plugin(plugin);
+    }
     let host = host_namespace();
     let tool = gen.status_gc_cnitool();
     let mut cni = Cnitool::new(&fx, &host, &fx.netd);
@@ -143,6 +144,30 @@ fn status() {
         2 * ipam.len()
     );
 
+    // ptp and macvlan delegates: STATUS reaches them too where their version has it.
+    let mut others = Vec::new();
+    for (plugin, extra) in [
+        ("ptp", json!({"ipMasq": false})),
+        ("macvlan", json!({"master": "lo", "mode": "bridge"})),
+    ] {
+        let mut conf = json!({"type": plugin, "ipam": fx.host_local("10.55.0.0/24")});
+        conf.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let net = json!({"cniVersion": delegate_version, "name": pod_net, "plugins": [conf]});
+        put(&fx, &fx.delegates, "00-multus.conflist", &net);
+        let out = cni.status(&guard_net, &host);
+        assert!(out.ok, "status with a {plugin} delegate: {out:?}");
+        let calls = fx.plugin_records(plugin, "", "STATUS");
+        assert_eq!(
+            calls.len(),
+            usize::from(has_status),
+            "{plugin} STATUS calls"
+        );
+        assert!(calls.iter().all(|c| c["status"] == 0), "{calls:?}");
+        others.push(format!("{plugin}={}", calls.len()));
+    }
+
     // STATUS creates nothing.
     assert_eq!(host.links_of_kind("veth"), Vec::<String>::new());
     assert_eq!(host.links_of_kind("bridge"), Vec::<String>::new());
@@ -151,10 +176,11 @@ fn status() {
     println!(
         "status {} delegate={delegate_version}: cnitool-{} status through the guard: 50 naming \
          the missing delegate, then the missing attachment, never waiting; success when present, \
-         after STATUS of bridge={} host-local={} (as libcni calls the delegate directly)",
+         after STATUS of bridge={} host-local={} {} (as libcni calls the delegate directly)",
         gen.label(),
         tool.version,
         bridge.len(),
-        ipam.len()
+        ipam.len(),
+        others.join(" ")
     );
 }

@@ -29,6 +29,7 @@ cargo test --release --locked -p conformance --test cnitool --no-run
 log=$(mktemp /tmp/cg-conformance-log.XXXXXX)
 trap 'rm -f "$log"' EXIT
 failed=()
+took=()
 for g in $GENERATIONS; do
   plugins=${g%%:*} cnitool=${g#*:}
   echo "== conformance: cnitool suites, plugins=$plugins cnitool=$cnitool"
@@ -38,11 +39,14 @@ for g in $GENERATIONS; do
     --ignored --test-threads=1 --nocapture "$@" 2>&1 | tee -a "$log"; then
     failed+=("$g")
   fi
-  echo "== conformance: plugins=$plugins cnitool=$cnitool took $((SECONDS - start)) s"
+  took+=("plugins=$plugins cnitool=$cnitool took $((SECONDS - start)) s")
+  echo "== conformance: ${took[-1]}"
 done
 
+# One line per suite and generation (versions' per-pair lines stay in the output above).
 echo "== conformance: summary lines"
-grep -E '^(test result|race-summary|race-detail|NOTE|status runtime|gc runtime|versions runtime|equivalence runtime|refusal runtime|concurrency runtime|del_without_delegate runtime)' "$log" || true
+grep -E '^(test result|race-summary|race-detail|NOTE|status runtime|gc runtime|equivalence runtime|refusal runtime|concurrency runtime|del_without_delegate runtime)|^versions runtime=[^ ]+ plugins=[^ ]+:' "$log" || true
+printf '%s\n' "${took[@]}"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== conformance: FAILED for ${failed[*]}" >&2
   exit 1

@@ -103,11 +103,15 @@ fn versions() {
     println!(); // start on a fresh line after libtest\'s "test ... "
     let fx = Fixture::new(&binaries(), false);
     let host = host_namespace();
+    let gen = generation();
+    let (delegates, guards) = (
+        up_to(gen.plugins.newest_cni_version),
+        up_to(gen.cnitool.newest_cni_version),
+    );
     std::thread::scope(|s| {
         let mut index = 0;
-        let gen = generation();
-        for delegate_version in up_to(gen.plugins.newest_cni_version) {
-            for guard_version in up_to(gen.cnitool.newest_cni_version) {
+        for &delegate_version in &delegates {
+            for &guard_version in &guards {
                 let (fx, host) = (&fx, &host);
                 s.spawn(move || pair(fx, host, index, delegate_version, guard_version));
                 index += 1;
@@ -128,5 +132,12 @@ fn versions() {
         fx.guard_records().is_empty(),
         "guard records left: {:?}",
         fx.guard_records()
+    );
+    println!(
+        "versions {}: {} pairs (delegates {} x guards {}) parsed by cnitool, del clean",
+        gen.label(),
+        delegates.len() * guards.len(),
+        delegates.join("/"),
+        guards.join("/")
     );
 }

@@ -1,6 +1,7 @@
 //! Runs the real cnitool inside the suite's host namespace.
 //!
-//! cnitool takes the network by name from NETCONFPATH, plugins from CNI_PATH, capability
+//! Which cnitool is the run's generation's (`generation`), unless a suite picks another (STATUS
+//! and GC need one that has them). cnitool takes the network by name from NETCONFPATH, plugins from CNI_PATH, capability
 //! arguments from CAP_ARGS; it derives the container ID from the sandbox's netns path and caches
 //! results in /var/lib/cni/results (the fixture removes its networks' entries).
 use crate::fixture::Fixture;
@@ -14,6 +15,8 @@ pub struct Cnitool<'a> {
     pub host: &'a Netns,
     pub netconfpath: PathBuf,
     pub cap_args: Option<String>,
+    /// The cnitool binary.
+    pub tool: PathBuf,
 }
 
 #[derive(Debug)]
@@ -39,13 +42,13 @@ impl<'a> Cnitool<'a> {
             host,
             netconfpath: netconfpath.to_path_buf(),
             cap_args: None,
+            tool: crate::prereq::cnitool(),
         }
     }
 
     /// `cnitool <verb> <net> <sandbox netns path>` in the host namespace.
     pub fn run(&self, verb: &str, net: &str, sandbox: &Netns) -> Outcome {
-        let cnitool = crate::prereq::cnitool();
-        let mut cmd: Command = self.host.exec(cnitool.to_str().unwrap());
+        let mut cmd: Command = self.host.exec(self.tool.to_str().unwrap());
         cmd.args([verb, net])
             .arg(sandbox.path())
             .env("NETCONFPATH", &self.netconfpath)
@@ -76,9 +79,19 @@ impl<'a> Cnitool<'a> {
     pub fn del(&self, net: &str, sandbox: &Netns) -> Outcome {
         self.run("del", net, sandbox)
     }
+    /// `cnitool status`: libcni's GetStatusNetworkList (the netns argument is not used).
+    pub fn status(&self, net: &str, sandbox: &Netns) -> Outcome {
+        self.run("status", net, sandbox)
+    }
+    /// `cnitool gc`: libcni's GCNetworkList with no GC arguments, so every cached attachment of
+    /// the network is DELeted first, then every plugin gets GC (1.1.0 and later) without
+    /// `cni.dev/valid-attachments` (the netns argument is not used).
+    pub fn gc(&self, net: &str, sandbox: &Netns) -> Outcome {
+        self.run("gc", net, sandbox)
+    }
 }
 
-/// The container ID cnitool (1.1.2) uses for a sandbox: `cnitool-` and the hex of the first 10
+/// The container ID cnitool (1.1.2 and 1.3.1 alike) uses for a sandbox: `cnitool-` and the hex of the first 10
 /// bytes of the SHA-512 of the absolute netns path.
 pub fn container_id(sandbox: &Netns) -> String {
     use std::io::Write;

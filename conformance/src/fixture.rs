@@ -2,14 +2,15 @@
 //! cache entries of the networks it named.
 //!
 //! Layout under `/tmp/cg-conformance-<random>/`:
-//! - `bin/`        CNI_PATH: symlinks to /usr/lib/cni/*, `cni-guard` (or cni-tap standing in
-//!   for it), `mini-multus`
+//! - `bin/`        CNI_PATH: symlinks to the run's reference plugins (`generation`), `cni-guard`
+//!   (or cni-tap standing in for it), `mini-multus`; a tapped plugin is cni-tap too
 //! - `net.d/`      the conf dir (what containerd would read)
 //! - `delegates/`  delegate and attachment files that are not in the conf dir
 //! - `leases/`     host-local `dataDir` (one dir per network name)
 //! - `guard/`      the guard's `cacheDir` (its records)
 //! - `taps/`       cni-tap records
-use crate::prereq::{guard_binary, PLUGINS};
+use crate::generation::generation;
+use crate::prereq::guard_binary;
 use crate::random_hex;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -42,7 +43,10 @@ pub struct Fixture {
     pub taps: PathBuf,
     pub suffix: String,
     pub guard: PathBuf,
+    tap: PathBuf,
     networks: Mutex<Vec<String>>,
+    /// Plugins replaced by cni-tap: (name, the real binary).
+    tapped: Mutex<Vec<(String, PathBuf)>>,
 }
 
 pub const RESULTS_CACHE: &str = "/var/lib/cni/results";
@@ -62,7 +66,9 @@ impl Fixture {
             root,
             suffix,
             guard: bins.guard.clone(),
+            tap: bins.tap.clone(),
             networks: Mutex::new(Vec::new()),
+            tapped: Mutex::new(Vec::new()),
         };
         for d in [
             &f.bin,
@@ -74,7 +80,10 @@ impl Fixture {
         ] {
             std::fs::create_dir_all(d).expect("create fixture dir");
         }
-        for entry in std::fs::read_dir(PLUGINS).expect("read /usr/lib/cni") {
+        let plugins = &generation().plugins.dir;
+        let listing = std::fs::read_dir(plugins)
+            .unwrap_or_else(|e| panic!("read {}: {e}", plugins.display()));
+        for entry in listing {
             let entry = entry.expect("dir entry");
             std::os::unix::fs::symlink(entry.path(), f.bin.join(entry.file_name()))
                 .expect("symlink plugin");
@@ -93,16 +102,40 @@ impl Fixture {
         name
     }
 
-    /// Environment for cni-tap (harmless when the guard is not tapped).
-    pub fn tap_env(&self) -> [(&'static str, PathBuf); 2] {
-        [
-            ("CNI_TAP_TARGET", self.guard.clone()),
-            ("CNI_TAP_DIR", self.taps.clone()),
-        ]
+    /// Puts cni-tap in front of the reference plugin `name` in the bin dir: every call of it
+    /// (by the guard, by a plugin delegating to it) is recorded.
+    pub fn tap_plugin(&self, name: &str) {
+        let link = self.bin.join(name);
+        let real = std::fs::read_link(&link)
+            .unwrap_or_else(|e| panic!("{} is not a plugin link: {e}", link.display()));
+        std::fs::remove_file(&link).expect("remove plugin link");
+        std::os::unix::fs::symlink(&self.tap, &link).expect("symlink cni-tap");
+        self.tapped.lock().unwrap().push((name.to_string(), real));
+    }
+
+    /// Environment for cni-tap (harmless when nothing is tapped).
+    pub fn tap_env(&self) -> Vec<(String, PathBuf)> {
+        let mut env = vec![
+            ("CNI_TAP_TARGET".to_string(), self.guard.clone()),
+            ("CNI_TAP_DIR".to_string(), self.taps.clone()),
+        ];
+        for (name, real) in self.tapped.lock().unwrap().iter() {
+            env.push((
+                format!("CNI_TAP_TARGET_{}", name.replace('-', "_")),
+                real.clone(),
+            ));
+        }
+        env
     }
 
     /// The guard's replies recorded by cni-tap for one container, oldest first.
     pub fn tap_records(&self, container_id: &str, command: &str) -> Vec<Value> {
+        self.plugin_records("cni-guard", container_id, command)
+    }
+
+    /// The calls of one tapped plugin (`cni-guard` for the guard) for one container ID (empty
+    /// for STATUS and GC) and command, oldest first.
+    pub fn plugin_records(&self, plugin: &str, container_id: &str, command: &str) -> Vec<Value> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.taps)
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default();
@@ -121,7 +154,8 @@ impl Fixture {
                 n.starts_with(&format!("{container_id}-{command}-"))
             })
             .filter_map(|p| std::fs::read_to_string(p).ok())
-            .filter_map(|t| serde_json::from_str(&t).ok())
+            .filter_map(|t| serde_json::from_str::<Value>(&t).ok())
+            .filter(|r| r["plugin"] == plugin)
             .collect()
     }
 

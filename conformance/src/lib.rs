@@ -3,10 +3,12 @@
 //! The library holds the small pieces the suites share: namespaces that remove themselves
 //! (`netns`), a conf-dir/bin-dir fixture (`fixture`), the cnitool runner (`cnitool`), the
 //! containerd-like choice of a network from a conf dir (`confdir`), what a sandbox looks like
-//! (`sandbox`), leak checks (`leaks`) and the prerequisite check (`prereq`).
+//! (`sandbox`), leak checks (`leaks`), the prerequisite check (`prereq`) and which cnitool and
+//! reference plugins a run uses (`generation`).
 pub mod cnitool;
 pub mod confdir;
 pub mod fixture;
+pub mod generation;
 pub mod leaks;
 pub mod netns;
 pub mod prereq;

@@ -1,10 +1,8 @@
 //! Whether the root-only suites can run here: locally a loud SKIP, under CI=true a failure.
 use std::path::{Path, PathBuf};
 
+use crate::generation::{generation, Cnitool};
 use test_support::is_root;
-
-pub const CNITOOL: &str = "/usr/local/bin/cnitool";
-pub const PLUGINS: &str = "/usr/lib/cni";
 
 /// Where the guard binary is: `CNI_GUARD_BIN`, else `<target dir>/release/cni-guard`.
 pub fn guard_binary() -> PathBuf {
@@ -17,10 +15,9 @@ pub fn guard_binary() -> PathBuf {
     target.join("release/cni-guard")
 }
 
+/// This run's cnitool (see `generation`).
 pub fn cnitool() -> PathBuf {
-    std::env::var_os("CNITOOL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(CNITOOL))
+    generation().cnitool.path.clone()
 }
 
 fn on_path(program: &str) -> bool {
@@ -29,8 +26,21 @@ fn on_path(program: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// What is missing for the cnitool suites, empty when they can run.
-pub fn missing(needs_guard: bool) -> Vec<String> {
+fn missing_cnitool(tool: &Cnitool, missing: &mut Vec<String>) {
+    if !tool.path.is_file() {
+        missing.push(format!(
+            "cnitool {} at {} ({})",
+            tool.version,
+            tool.path.display(),
+            tool.source
+        ));
+    }
+}
+
+/// What is missing for the cnitool suites, empty when they can run. `status_gc`: the suite
+/// drives `cnitool status`/`gc` too, which needs a cnitool that has them.
+pub fn missing(needs_guard: bool, status_gc: bool) -> Vec<String> {
+    let gen = generation();
     let mut missing = Vec::new();
     if !is_root() {
         missing.push("root (network namespaces)".to_string());
@@ -40,11 +50,9 @@ pub fn missing(needs_guard: bool) -> Vec<String> {
             missing.push(format!("{program} on PATH"));
         }
     }
-    if !cnitool().is_file() {
-        missing.push(format!(
-            "{} (scripts/setup.sh builds it)",
-            cnitool().display()
-        ));
+    missing_cnitool(&gen.cnitool, &mut missing);
+    if status_gc && !gen.cnitool.status_gc {
+        missing_cnitool(&gen.status_gc_cnitool(), &mut missing);
     }
     for plugin in [
         "bridge",
@@ -54,9 +62,14 @@ pub fn missing(needs_guard: bool) -> Vec<String> {
         "tuning",
         "portmap",
     ] {
-        let p = Path::new(PLUGINS).join(plugin);
+        let p = gen.plugins.dir.join(plugin);
         if !p.is_file() {
-            missing.push(format!("{} (apt containernetworking-plugins)", p.display()));
+            missing.push(format!(
+                "{} (reference plugins {}: {})",
+                p.display(),
+                gen.plugins.version,
+                gen.plugins.source
+            ));
         }
     }
     if needs_guard && !guard_binary().is_file() {
@@ -71,5 +84,10 @@ pub fn missing(needs_guard: bool) -> Vec<String> {
 /// True when the suite can run. Locally it prints a loud SKIP and returns false when something
 /// is missing; under CI=true a missing prerequisite is a failure.
 pub fn can_run(suite: &str, needs_guard: bool) -> bool {
-    test_support::prerequisites(suite, &missing(needs_guard))
+    test_support::prerequisites(suite, &missing(needs_guard, false))
+}
+
+/// [`can_run`] for a suite that drives `cnitool status` and `cnitool gc`.
+pub fn can_run_status_gc(suite: &str) -> bool {
+    test_support::prerequisites(suite, &missing(true, true))
 }

@@ -2,19 +2,30 @@
 //!
 //! cnitool prints a plugin error as `msg; details` and drops the code, so a suite that must see
 //! the code puts this binary in the bin dir under the plugin's name. It runs the real plugin
-//! (`CNI_TAP_TARGET`) with the same stdin, environment and arguments, passes stdout and the exit
+//! (`CNI_TAP_TARGET_<name>`, `<name>` being the name it was run under with `-` as `_`, else
+//! `CNI_TAP_TARGET`) with the same stdin, environment and arguments, passes stdout and the exit
 //! status through unchanged, and writes one JSON record per call into `CNI_TAP_DIR`:
-//! `{"command", "containerId", "ifname", "status", "stdout"}`.
+//! `{"plugin", "command", "containerId", "ifname", "status", "stdin", "stdout"}` (`stdin` parsed
+//! when it is JSON), in a file `<containerId>-<command>-<nanos>.json`.
 use serde_json::json;
 use std::io::{Read, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn main() -> ExitCode {
-    let (Some(target), Some(dir)) = (
-        std::env::var_os("CNI_TAP_TARGET"),
-        std::env::var_os("CNI_TAP_DIR"),
-    ) else {
+    let plugin = std::env::args_os()
+        .next()
+        .map(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default();
+    let own = format!("CNI_TAP_TARGET_{}", plugin.replace('-', "_"));
+    let target = std::env::var_os(&own).or_else(|| std::env::var_os("CNI_TAP_TARGET"));
+    let (Some(target), Some(dir)) = (target, std::env::var_os("CNI_TAP_DIR")) else {
         eprintln!("cni-tap: CNI_TAP_TARGET and CNI_TAP_DIR must be set");
         return ExitCode::from(2);
     };
@@ -47,11 +58,15 @@ fn main() -> ExitCode {
         }
     };
     let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let stdin = serde_json::from_slice::<serde_json::Value>(&input)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&input).into_owned().into());
     let record = json!({
+        "plugin": plugin,
         "command": var("CNI_COMMAND"),
         "containerId": var("CNI_CONTAINERID"),
         "ifname": var("CNI_IFNAME"),
         "status": out.status.code(),
+        "stdin": stdin,
         "stdout": String::from_utf8_lossy(&out.stdout),
     });
     let nanos = SystemTime::now()

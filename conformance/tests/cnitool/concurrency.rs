@@ -98,5 +98,8 @@ fn concurrency() {
         Vec::<std::path::PathBuf>::new(),
         "result cache left"
     );
-    println!("concurrency: {SANDBOXES} parallel adds and dels through the guard, distinct addresses, nothing left");
+    println!(
+        "concurrency {}: {SANDBOXES} parallel adds and dels through the guard, distinct addresses, nothing left",
+        conformance::generation::generation().label()
+    );
 }

@@ -62,5 +62,8 @@ fn del_without_delegate() {
         Vec::<std::path::PathBuf>::new(),
         "result cache left"
     );
-    println!("del_without_delegate: del succeeded from the record; lease, veth and record gone");
+    println!(
+        "del_without_delegate {}: del succeeded from the record; lease, veth and record gone",
+        conformance::generation::generation().label()
+    );
 }

@@ -2,6 +2,7 @@
 use crate::{binaries, bridge_conflist, host_namespace, macvlan_parent, put};
 use conformance::cnitool::{container_id, Cnitool};
 use conformance::fixture::Fixture;
+use conformance::generation::generation;
 use conformance::leaks::{iptables_rules, leases};
 use conformance::netns::Netns;
 use conformance::prereq::can_run;
@@ -147,7 +148,7 @@ fn add_check_del(fx: &Fixture, cni: &Cnitool, host: &Netns, net: &str, lease_net
 
 /// `check_supported`: whether the delegate's plugins implement CHECK correctly. portmap 1.1.1
 /// does not for IPv4-only sandboxes (it looks for its chain in ip6tables too and fails); there
-/// the guard must fail CHECK exactly as the delegate does.
+/// the guard must fail CHECK exactly as the delegate does (`Plugins::portmap_check`).
 fn equivalent(
     fx: &Fixture,
     host: &Netns,
@@ -210,8 +211,9 @@ fn equivalent(
         fx.guard_records()
     );
     println!(
-        "equivalence {label}: same interfaces, addresses, routes, DNS, iptables rules and check \
+        "equivalence {} {label}: same interfaces, addresses, routes, DNS, iptables rules and check \
          outcome (ok={}) directly and through the guard; del clean both ways",
+        generation().label(),
         g.check.0
     );
 }
@@ -260,5 +262,6 @@ fn equivalence() {
         json!({"type": "tuning", "mtu": 1400, "promisc": true}),
         json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
     ]);
-    equivalent(&fx, &host, "chain", chain, Some(PORTS), false);
+    let portmap_check = generation().plugins.portmap_check;
+    equivalent(&fx, &host, "chain", chain, Some(PORTS), portmap_check);
 }

@@ -1,5 +1,7 @@
 //! The cnitool conformance suites: cni-guard driven by the real cnitool over the reference
-//! plugins in /usr/lib/cni, in network namespaces the suites create and remove.
+//! plugins, in network namespaces the suites create and remove. Which cnitool and which
+//! plugins (Debian's 1.1.2 and 1.1.1, or the current releases) is the run's `generation`
+//! (`CONFORMANCE_PLUGINS`, `CONFORMANCE_CNITOOL`); the suites are the same for each.
 //!
 //! Root only. They are `#[ignore]`d in the plain `cargo test --workspace` run (they need the
 //! release guard binary); `scripts/test.d/20-conformance.sh` runs them with `--ignored`.
@@ -7,8 +9,10 @@
 mod concurrency;
 mod del_without_delegate;
 mod equivalence;
+mod gc;
 mod race;
 mod refusal;
+mod status;
 mod versions;
 
 use conformance::fixture::{Binaries, Fixture};

@@ -348,12 +348,13 @@ fn race(guard: bool) {
             .count()
     };
 
+    let generation = conformance::generation::generation().label();
     println!(
-        "\nrace-summary runtime=cnitool guard={} sandboxes={n} full={full} refused={refused} bare={bare} leaked={leaked}",
+        "\nrace-summary {generation} guard={} sandboxes={n} full={full} refused={refused} bare={bare} leaked={leaked}",
         if guard { "on" } else { "off" }
     );
     println!(
-        "race-detail guard={} multus-restarts={restarts} leaked-interfaces={} leaked-leases-cluster={} \
+        "race-detail {generation} guard={} multus-restarts={restarts} leaked-interfaces={} leaked-leases-cluster={} \
          leaked-leases-vlan={} leaked-cache-entries={} leaked-records={} host-veths={} retried-full={} seconds={:.1}",
         if guard { "on" } else { "off" },
         kinds("interface"),

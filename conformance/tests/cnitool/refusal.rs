@@ -116,7 +116,8 @@ fn refused(fx: &Fixture, host: &Netns, case: &Case, lease_nets: &[&str]) {
         case.label
     );
     println!(
-        "refusal {}: cnitool add failed with code 11: {}",
+        "refusal {} {}: cnitool add failed with code 11: {}",
+        conformance::generation::generation().label(),
         case.label,
         reply["msg"].as_str().unwrap_or_default()
     );

@@ -34,6 +34,16 @@ CNI_PLUGINS_VERSION=v1.10.0
 # The reference plugins built from CNI_PLUGINS_MODULE (package paths under plugins/).
 CNI_PLUGINS_BUILT=(main/bridge main/ptp main/macvlan main/loopback main/ipvlan ipam/host-local
   meta/portmap meta/tuning)
+# The single-node cluster of scripts/cluster.sh (issue 12). Kubernetes is built through a wrapper
+# module that scripts/setup.sh generates from the published go.mod (k8s_wrapper_mod there): its
+# go.mod replaces every k8s.io staging module with ./staging, so `go install` refuses it.
+KUBERNETES_MODULE=k8s.io/kubernetes
+KUBERNETES_VERSION=v1.36.3 # the proxy lists v1.36.1 v1.36.3 v1.37.2 (December 2026)
+KUBERNETES_BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+KINE_MODULE=github.com/k3s-io/kine # the store: sqlite through modernc.org/sqlite when CGO_ENABLED=0
+KINE_VERSION=v0.17.5
+MULTUS_MODULE=gopkg.in/k8snetworkplumbingwg/multus-cni.v4 # thick plugin: multus-daemon + multus-shim
+MULTUS_VERSION=v4.3.0 # the proxy serves this exact version but no version list for the module
 # The Go release these modules need at least (the newest `go` line among their go.mod files).
 GO_MIN_VERSION=1.26.8
 
@@ -53,6 +63,9 @@ CONTAINERD2_BIN=$CNI_GUARD_GO_CACHE/containerd-$CONTAINERD2_VERSION/bin # contai
 CRICTL_BIN=$CNI_GUARD_GO_CACHE/crictl-$CRICTL_VERSION/bin                # crictl
 CNITOOL_GO_BIN=$CNI_GUARD_GO_CACHE/cnitool-$CNI_VERSION/bin              # cnitool
 CNI_PLUGINS_BIN=$CNI_GUARD_GO_CACHE/plugins-$CNI_PLUGINS_VERSION/bin     # bridge, ptp, ... (a CNI_PATH)
+KUBERNETES_BIN=$CNI_GUARD_GO_CACHE/kubernetes-$KUBERNETES_VERSION/bin    # kube-apiserver, ..., kubectl
+KINE_BIN=$CNI_GUARD_GO_CACHE/kine-$KINE_VERSION/bin                      # kine
+MULTUS_BIN=$CNI_GUARD_GO_CACHE/multus-$MULTUS_VERSION/bin                # multus-daemon, multus-shim
 
 # --- Debian generation (apt) --------------------------------------------------------------------
 DEBIAN_CONTAINERD=/usr/bin/containerd # 1.6.20 on bookworm

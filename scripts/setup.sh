@@ -363,6 +363,19 @@ grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
   || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
 echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
   || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
+for b in "${KUBERNETES_BUILT[@]}"; do
+  [ "$b" = kubectl ] && v=$("$KUBERNETES_BIN/$b" version --client 2>&1) || v=$("$KUBERNETES_BIN/$b" --version 2>&1)
+  grep -qF "$KUBERNETES_VERSION" <<<"$v" \
+    || { say "$KUBERNETES_BIN/$b does not report $KUBERNETES_VERSION: $v" >&2; exit 1; }
+done
+v=$("$KINE_BIN/kine" --version 2>&1)
+grep -qF "$KINE_VERSION" <<<"$v" || { say "$KINE_BIN/kine does not report $KINE_VERSION: $v" >&2; exit 1; }
+for b in multus-daemon multus-shim; do
+  v=$("$MULTUS_BIN/$b" -version 2>&1 || true)
+  grep -qF "version:$MULTUS_VERSION" <<<"$v" \
+    || { say "$MULTUS_BIN/$b does not report $MULTUS_VERSION: $v" >&2; exit 1; }
+done
 say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
+say "Kubernetes $KUBERNETES_VERSION; kine $KINE_VERSION; Multus $MULTUS_VERSION"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"

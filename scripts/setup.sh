@@ -196,6 +196,7 @@ go_env() {
 }
 
 # go_component NAME DIR LDFLAGS BINARY... -- PACKAGE@VERSION...
+# (a BINARY written NAME:BUILT is the file go writes as BUILT, renamed NAME)
 # Builds into DIR.partial and renames it to DIR once every BINARY is there, so an interrupted
 # build never passes for a finished one. Nothing is rebuilt when DIR/bin has every BINARY.
 # With GO_MODULE_DIR set, the PACKAGEs (no @VERSION) are built with `go build` inside that
@@ -207,7 +208,7 @@ go_component() {
   local bins=() b missing=() start elapsed timing=() peak=
   while [ "$1" != -- ]; do bins+=("$1"); shift; done
   shift
-  for b in "${bins[@]}"; do [ -x "$dir/bin/$b" ] || missing+=("$b"); done
+  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || missing+=("${b%%:*}"); done
   if [ "${#missing[@]}" = 0 ]; then
     say "$name present in $dir/bin"
     return
@@ -229,8 +230,9 @@ go_component() {
       "$dir.partial/time.txt")
     mv "$dir.partial/time.txt" "$dir.partial/build-time.txt"
   fi
-  for b in "${bins[@]}"; do
-    [ -x "$dir.partial/bin/$b" ] || { say "$name: go install did not produce $b" >&2; exit 1; }
+  for b in "${bins[@]}"; do # NAME, or NAME:BUILT when go names the binary BUILT
+    [ -x "$dir.partial/bin/${b#*:}" ] || { say "$name: go did not produce ${b#*:}" >&2; exit 1; }
+    if [ "${b%%:*}" != "${b#*:}" ]; then mv "$dir.partial/bin/${b#*:}" "$dir.partial/bin/${b%%:*}"; fi
   done
   rm -rf "$dir"
   mv "$dir.partial" "$dir"
@@ -283,6 +285,27 @@ wrapper_mod() {
   (cd "$dir" && go_env "$GO" mod tidy)
 }
 
+# wrapped_component NAME DIR LDFLAGS MODULE VERSION BINARY... -- PACKAGE...
+# go_component through a wrapper module (wrapper_mod), made only when something is missing.
+wrapped_component() {
+  local name=$1 dir=$2 ldflags=$3 module=$4 version=$5 b bins=() missing= work
+  shift 5
+  while [ "$1" != -- ]; do bins+=("$1"); shift; done
+  shift
+  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || missing=1; done
+  if [ -z "$missing" ]; then
+    say "$name present in $dir/bin"
+    return
+  fi
+  work=$(mktemp -d /tmp/cni-guard-wrapper.XXXXXX)
+  wrappers+=("$work")
+  say "$name: wrapper module in $work"
+  wrapper_mod "$work" "$module" "$version" "$@"
+  GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
+}
+wrappers=()
+trap 'rm -rf "${wrappers[@]}"; if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
+
 say "Go components: $GO ($("$GO" env GOVERSION)), cache $CNI_GUARD_GO_CACHE"
 go_component "containerd $CONTAINERD2_VERSION" "$(dirname "$CONTAINERD2_BIN")" \
   "-X $CONTAINERD2_MODULE/version.Version=$CONTAINERD2_VERSION" \
@@ -303,33 +326,15 @@ done
 go_component "reference plugins $CNI_PLUGINS_VERSION" "$(dirname "$CNI_PLUGINS_BIN")" \
   "-X $CNI_PLUGINS_MODULE/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
   "${plugin_names[@]}" -- "${plugin_pkgs[@]}"
-go_component "kine $KINE_VERSION" "$(dirname "$KINE_BIN")" \
-  "-X $KINE_MODULE/pkg/version.Version=$KINE_VERSION" \
-  kine -- "$KINE_MODULE@$KINE_VERSION"
+# etcd: its go.mod replaces its sibling modules with ../api etc., so it goes through a wrapper
+# module too; its main package is the module's root, which go names "server" (major suffix).
+wrapped_component "etcd $ETCD_VERSION" "$(dirname "$ETCD_BIN")" \
+  "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
+  "$ETCD_MODULE" "$ETCD_VERSION" etcd:server -- "$ETCD_MODULE"
 multus_ldflags=
 for kv in "version=$MULTUS_VERSION" gitTreeState=clean releaseStatus=released; do
   multus_ldflags+=" -X $MULTUS_MODULE/pkg/multus.$kv"
 done
-# wrapped_component NAME DIR LDFLAGS MODULE VERSION BINARY... -- PACKAGE...
-# go_component through a wrapper module (wrapper_mod), made only when something is missing.
-wrapped_component() {
-  local name=$1 dir=$2 ldflags=$3 module=$4 version=$5 b bins=() missing= work
-  shift 5
-  while [ "$1" != -- ]; do bins+=("$1"); shift; done
-  shift
-  for b in "${bins[@]}"; do [ -x "$dir/bin/$b" ] || missing=1; done
-  if [ -z "$missing" ]; then
-    say "$name present in $dir/bin"
-    return
-  fi
-  work=$(mktemp -d /tmp/cni-guard-wrapper.XXXXXX)
-  wrappers+=("$work")
-  say "$name: wrapper module in $work"
-  wrapper_mod "$work" "$module" "$version" "$@"
-  GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
-}
-wrappers=()
-trap 'rm -rf "${wrappers[@]}"; if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
 
 wrapped_component "Multus $MULTUS_VERSION" "$(dirname "$MULTUS_BIN")" "$multus_ldflags" \
   "$MULTUS_MODULE" "$MULTUS_VERSION" multus-daemon multus-shim -- \
@@ -368,14 +373,15 @@ for b in "${KUBERNETES_BUILT[@]}"; do
   grep -qF "$KUBERNETES_VERSION" <<<"$v" \
     || { say "$KUBERNETES_BIN/$b does not report $KUBERNETES_VERSION: $v" >&2; exit 1; }
 done
-v=$("$KINE_BIN/kine" --version 2>&1)
-grep -qF "$KINE_VERSION" <<<"$v" || { say "$KINE_BIN/kine does not report $KINE_VERSION: $v" >&2; exit 1; }
+v=$("$ETCD_BIN/etcd" --version 2>&1)
+grep -qF "etcd Version: ${ETCD_VERSION#v}" <<<"$v" \
+  || { say "$ETCD_BIN/etcd does not report $ETCD_VERSION: $v" >&2; exit 1; }
 for b in multus-daemon multus-shim; do
   v=$("$MULTUS_BIN/$b" -version 2>&1 || true)
   grep -qF "version:$MULTUS_VERSION" <<<"$v" \
     || { say "$MULTUS_BIN/$b does not report $MULTUS_VERSION: $v" >&2; exit 1; }
 done
 say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
-say "Kubernetes $KUBERNETES_VERSION; kine $KINE_VERSION; Multus $MULTUS_VERSION"
+say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"

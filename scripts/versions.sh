@@ -23,7 +23,8 @@
 # 1.8G: module cache 0.8G, build cache 0.8G, binaries 0.2G.
 # Issue 12's cluster adds, measured (setup.sh prints wall time and /usr/bin/time's peak RSS) on
 # top of the caches above, downloads included, with the machine loaded by other builds
-# (load average 10-30 on 2 cores): kine 130 s (peak RSS 1.1G, bin 57M) | Multus 75 s (0.9G,
+# (load average 10-30 on 2 cores): etcd 47 s (most of its modules already downloaded; peak
+# RSS 0.4G, bin 26M) | Multus 75 s (0.9G,
 # 120M) | the 5 Kubernetes binaries 1048 s = 17.5 min wall, 397 s user + 91 s sys CPU (peak RSS
 # 1.9G, bins 400M). About 21 min cold in all; the module cache grows by ~3.5G, the build cache
 # by ~5G. A second run builds nothing (setup.sh then takes ~5 s, most of it the final `du`).
@@ -46,8 +47,14 @@ CNI_PLUGINS_BUILT=(main/bridge main/ptp main/macvlan main/loopback main/ipvlan i
 KUBERNETES_MODULE=k8s.io/kubernetes
 KUBERNETES_VERSION=v1.36.3 # the proxy lists v1.36.1 v1.36.3 v1.37.2 (December 2026)
 KUBERNETES_BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
-KINE_MODULE=github.com/k3s-io/kine # the store: sqlite through modernc.org/sqlite when CGO_ENABLED=0
-KINE_VERSION=v0.17.5
+# The store: etcd, the 3.6 line Kubernetes 1.36 is built against (its go.mod requires the
+# v3.6.8 client), newest patch. Tried first and dropped: kine v0.17.5 (github.com/k3s-io/kine,
+# sqlite through modernc.org/sqlite) builds and runs with CGO_ENABLED=0 (go install, 130 s), but
+# under kube-apiserver v1.36.3 lease updates fail ("Precondition failed: UID in precondition:
+# ..., UID in object meta: "), reads miss objects just created, and /readyz stays failing on
+# autoregister-completion (with --watch-cache=false too).
+ETCD_MODULE=go.etcd.io/etcd/server/v3
+ETCD_VERSION=v3.6.16
 MULTUS_MODULE=gopkg.in/k8snetworkplumbingwg/multus-cni.v4 # thick plugin: multus-daemon + multus-shim
 MULTUS_VERSION=v4.3.0 # the proxy serves this exact version but no version list for the module
 # The Go release these modules need at least (the newest `go` line among their go.mod files).
@@ -70,7 +77,7 @@ CRICTL_BIN=$CNI_GUARD_GO_CACHE/crictl-$CRICTL_VERSION/bin                # crict
 CNITOOL_GO_BIN=$CNI_GUARD_GO_CACHE/cnitool-$CNI_VERSION/bin              # cnitool
 CNI_PLUGINS_BIN=$CNI_GUARD_GO_CACHE/plugins-$CNI_PLUGINS_VERSION/bin     # bridge, ptp, ... (a CNI_PATH)
 KUBERNETES_BIN=$CNI_GUARD_GO_CACHE/kubernetes-$KUBERNETES_VERSION/bin    # kube-apiserver, ..., kubectl
-KINE_BIN=$CNI_GUARD_GO_CACHE/kine-$KINE_VERSION/bin                      # kine
+ETCD_BIN=$CNI_GUARD_GO_CACHE/etcd-$ETCD_VERSION/bin                      # etcd
 MULTUS_BIN=$CNI_GUARD_GO_CACHE/multus-$MULTUS_VERSION/bin                # multus-daemon, multus-shim
 
 # --- Debian generation (apt) --------------------------------------------------------------------

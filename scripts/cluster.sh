@@ -26,7 +26,8 @@
 #
 # Environment: CNI_GUARD_CLUSTER_DIR (default /var/lib/cni-guard-cluster), CLUSTER_MULTUS=0 to
 # leave Multus out (05-cilium.conflist then goes straight into the conf dir), CLUSTER_TIMEOUT
-# (seconds each wait may take, default 180). Needs root.
+# (seconds each wait may take, default 180), CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
+# running for a look (`down` still removes it). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -321,8 +322,12 @@ oci_image() {
 }
 
 busybox_root() { # DIR: static busybox at /bin/busybox with every applet linked in /bin
-  mkdir -p "$1/bin" "$1/tmp"
+  mkdir -p "$1/bin" "$1/tmp" "$1/etc"
   cp /bin/busybox "$1/bin/busybox"
+  # multus-daemon refuses to start unless user.Current() says uid 0, which without cgo reads
+  # /etc/passwd (it dereferences a nil user when the file is missing).
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$1/etc/passwd"
+  echo 'root:x:0:' >"$1/etc/group"
   local a
   for a in $(/bin/busybox --list); do [ -e "$1/bin/$a" ] || ln -s busybox "$1/bin/$a"; done
 }
@@ -431,7 +436,8 @@ imageGCLowThresholdPercent: 99
 # No image can be pulled here: every image is imported.
 serializeImagePulls: true
 EOF
-  # The primary network, standing in for Cilium's 05-cilium.conflist.
+  # The primary network, standing in for Cilium's 05-cilium.conflist. Nothing in it needs
+  # iptables (no ipMasq, no portmap): Multus runs it inside its own image, which has none.
   cat >"$CLUSTER_DIR/05-cilium.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -441,15 +447,13 @@ EOF
       "type": "bridge",
       "bridge": "cni-guard0",
       "isGateway": true,
-      "ipMasq": true,
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_SUBNET"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$NODE/var/lib/cni/networks"
       }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    }
   ]
 }
 EOF
@@ -602,21 +606,27 @@ restore_sysctls() {
   done <"$CLUSTER_DIR/sysctl.saved"
 }
 
-keep_logs() {
+keep_logs() { # the daemons' logs and the pods' (kubelet's podLogsDir)
   [ -d "$CLUSTER_DIR/logs" ] || return 0
   rm -rf "$LOGS_KEPT"
   cp -r "$CLUSTER_DIR/logs" "$LOGS_KEPT"
+  if [ -d "$NODE/var/log/pods" ]; then cp -rL "$NODE/var/log/pods" "$LOGS_KEPT/pods" 2>/dev/null || true; fi
 }
 
 failed() {
   local rc=$? f
   trap - EXIT
   say "up failed (exit $rc); the last lines of each log:"
-  for f in "$CLUSTER_DIR"/logs/*.log; do
+  for f in "$CLUSTER_DIR"/logs/*.log "$NODE"/var/log/pods/*/*/*.log; do
     [ -f "$f" ] || continue
-    echo "--- $(basename "$f")" >&2
+    echo "--- ${f#"$CLUSTER_DIR"/}" >&2
     tail -n 15 "$f" >&2
   done
+  if apiserver_ready 2>/dev/null; then kubectl get pods -A -o wide >&2 || true; fi
+  if [ "${CLUSTER_KEEP_ON_FAILURE:-0}" = 1 ]; then
+    say "left as it is (CLUSTER_KEEP_ON_FAILURE=1): scripts/cluster.sh down removes it"
+    exit "$rc"
+  fi
   down
   exit "$rc"
 }

@@ -33,7 +33,7 @@ trap cleanup EXIT
 # A plain pod: eth0 only.
 manifest pod-plain.yaml | "$K" apply -f - >/dev/null
 "$K" wait --for=condition=Ready --timeout=120s pod/plain >/dev/null ||
-  { "$K" describe pod plain | tail -n 20; fail "pod plain is not Ready"; }
+  { "$K" describe pod plain | tail -n 4 | cut -c1-700; fail "pod plain is not Ready"; }
 ip=$("$K" get pod plain -o jsonpath='{.status.podIP}')
 case "$ip" in "$POD_PREFIX"*) ok "pod plain Running, IP $ip (primary network)" ;; *) fail "pod plain has IP '$ip'" ;; esac
 addrs=$("$K" exec plain -- ip -o addr)
@@ -44,7 +44,7 @@ ok "pod plain: eth0 $ip, no net1"
 # A pod asking for net1.
 manifest pod-net1.yaml | "$K" apply -f - >/dev/null
 "$K" wait --for=condition=Ready --timeout=120s pod/with-net1 >/dev/null ||
-  { "$K" describe pod with-net1 | tail -n 20; fail "pod with-net1 is not Ready"; }
+  { "$K" describe pod with-net1 | tail -n 4 | cut -c1-700; fail "pod with-net1 is not Ready"; }
 status=$("$K" get pod with-net1 -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
 echo "network-status: $status"
 python3 - "$status" "$POD_PREFIX" "$NET1_PREFIX" <<'PY'

@@ -6,6 +6,7 @@
 #                               mounts, cgroups and files; safe to run at any time, any number
 #   scripts/cluster.sh status   the processes, the node and every pod
 #   scripts/cluster.sh manifest FILE   conformance/k8s/manifests/FILE with this node's paths
+#                                      (FILE `guard`: deploy/multus-cilium for this node)
 #
 # Everything runs in one network namespace, the node ($NETNS, address $NODE_IP; the host reaches
 # it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
@@ -22,10 +23,12 @@
 # (pause) image, a busybox test image, the guard's image (scripts/build-image.sh) and a Multus
 # image. Multus (thick plugin) runs as a DaemonSet (conformance/k8s/manifests/multus.yaml) and a
 # NetworkAttachmentDefinition `macvlan-net1` (macvlan on the node's veth net1-parent) gives
-# pods that ask for it a second interface net1.
+# pods that ask for it a second interface net1. cni-guard's DaemonSet (deploy/multus-cilium, its
+# paths moved under the node's folder) then puts 00-cni-guard.conflist in front of Multus.
 #
 # Environment: CNI_GUARD_CLUSTER_DIR (default /var/lib/cni-guard-cluster), CLUSTER_MULTUS=0 to
-# leave Multus out (05-cilium.conflist then goes straight into the conf dir), CLUSTER_TIMEOUT
+# leave Multus out (05-cilium.conflist then goes straight into the conf dir), CLUSTER_GUARD=0 to
+# leave cni-guard out (by default deploy/multus-cilium runs in front of Multus), CLUSTER_TIMEOUT
 # (seconds each wait may take, default 180), CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
 # running for a look (`down` still removes it). Needs root.
 set -euo pipefail
@@ -470,6 +473,16 @@ manifest() {
     -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1"
 }
 
+# deploy/multus-cilium as it is, rendered with the node's folders for the host's: every
+# /etc/cni/..., /opt/cni/bin and /var/lib/cni/cni-guard (hostPaths, the conflist's paths, and the
+# /host/... mount paths the probe reads with --host-root=/host) moves under $NODE; the image is
+# the imported one.
+guard_manifest() {
+  kubectl kustomize "$REPO/deploy/multus-cilium" | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
+    -e "s#/opt/cni/bin#$NODE/opt/cni/bin#g" -e "s#/var/lib/cni/cni-guard#$NODE/var/lib/cni/cni-guard#g" \
+    -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#"
+}
+
 # --- up / down / status ------------------------------------------------------------------------
 need_binaries() {
   local b
@@ -594,6 +607,12 @@ up() {
       crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
     manifest net1-nad.yaml | kubectl apply -f - >/dev/null
     wait_for "Multus's 00-multus.conf" test -s "$NODE/etc/cni/net.d/00-multus.conf"
+    if [ "${CLUSTER_GUARD:-1}" != 0 ]; then
+      say "deploying cni-guard (deploy/multus-cilium) in front of Multus"
+      guard_manifest | kubectl apply -f - >/dev/null
+      kubectl -n cni-guard rollout status daemonset/cni-guard --timeout="${TIMEOUT}s" >/dev/null
+      wait_for "the guard's 00-cni-guard.conflist" test -s "$NODE/etc/cni/net.d/00-cni-guard.conflist"
+    fi
   fi
   kubectl wait --for=condition=Ready --timeout="${TIMEOUT}s" "node/$NODE_NAME" >/dev/null ||
     die "node $NODE_NAME is not Ready: $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')"
@@ -690,6 +709,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  manifest) manifest "$2" ;;
-  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+  manifest) if [ "$2" = guard ]; then guard_manifest; else manifest "$2"; fi ;;
+  *) sed -n '2,10p' "$0" >&2; exit 2 ;;
 esac

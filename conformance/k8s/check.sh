@@ -2,7 +2,9 @@
 # Checks the running node of scripts/cluster.sh (issue 12): a plain pod gets the primary network
 # (eth0 in 05-cilium.conflist's subnet), and a pod annotated
 # k8s.v1.cni.cncf.io/networks: macvlan-net1 gets eth0 and net1 through Multus, both in its
-# k8s.v1.cni.cncf.io/network-status annotation and in `ip addr` inside it.
+# k8s.v1.cni.cncf.io/network-status annotation and in `ip addr` inside it. When cni-guard's
+# DaemonSet is there (scripts/cluster.sh deploys it unless CLUSTER_GUARD=0): it is Ready,
+# containerd's network is the guard's, and the guard recorded the annotated pod's ADD.
 #
 #   scripts/cluster.sh up && conformance/k8s/check.sh
 #
@@ -27,8 +29,23 @@ manifest() { scripts/cluster.sh manifest "$1"; }
 cleanup() { "$K" delete pod plain with-net1 --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
+NODE=$CLUSTER_DIR/node
+crictl() {
+  "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$NODE/run/containerd/containerd.sock" "$@" 2>/dev/null
+}
+
 "$K" get node -o wide
 "$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s
+guard=
+if "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1; then
+  guard=1
+  "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s
+  "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=60s >/dev/null ||
+    fail "the guard's readiness probe (cni-guard check) does not pass"
+  networks=$(crictl info | python3 -c 'import json, sys; print(" ".join(n["Config"]["Name"] for n in json.load(sys.stdin)["cniconfig"]["Networks"]))')
+  [ "$networks" = "cni-loopback guarded-pod-network" ] || fail "containerd's networks are '$networks'"
+  ok "cni-guard Ready; containerd builds sandboxes on guarded-pod-network (00-cni-guard.conflist)"
+fi
 
 # A plain pod: eth0 only.
 manifest pod-plain.yaml | "$K" apply -f - >/dev/null
@@ -62,3 +79,9 @@ echo "$addrs" | grep -E ' (eth0|net1) .*inet ' || true
 grep -q " eth0 .*inet $POD_PREFIX" <<<"$addrs" || fail "no eth0 address in with-net1: $addrs"
 grep -q " net1 .*inet $NET1_PREFIX" <<<"$addrs" || fail "no net1 address in with-net1: $addrs"
 ok "pod with-net1: eth0 and net1 inside the pod"
+if [ -n "$guard" ]; then
+  sandbox=$(crictl pods -q --name with-net1 --state ready | head -n1)
+  record=$NODE/var/lib/cni/cni-guard/guarded-pod-network/$sandbox:eth0.json
+  [ -n "$sandbox" ] && [ -f "$record" ] || fail "no ADD record of the guard for with-net1 ($record)"
+  ok "the guard ran with-net1's ADD (record $record)"
+fi

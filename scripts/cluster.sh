@@ -29,7 +29,9 @@
 # Environment: CNI_GUARD_CLUSTER_DIR (default /var/lib/cni-guard-cluster), CLUSTER_MULTUS=0 to
 # leave Multus out (05-cilium.conflist then goes straight into the conf dir), CLUSTER_GUARD=0 to
 # leave cni-guard out (by default deploy/multus-cilium runs in front of Multus), CLUSTER_TIMEOUT
-# (seconds each wait may take, default 180), CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
+# (seconds each wait may take, default 180), CLUSTER_LAYOUT=before-fix for the layout the seed
+# fixed (05-cilium.conflist in the conf dir, Multus's autoconfig dir the conf dir, no guard: the
+# incident itself), CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
 # running for a look (`down` still removes it). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +53,14 @@ POD_SUBNET=10.88.0.0/16  # 05-cilium.conflist (bridge cni-guard0 + host-local)
 NET1_SUBNET=10.99.0.0/24 # the NetworkAttachmentDefinition (macvlan on net1-parent)
 CGROUP=cni-guard-k8s     # kubelet's cgroupRoot; the daemons in $CGROUP/daemons
 TIMEOUT=${CLUSTER_TIMEOUT:-180}
+# The seed's layout (default), or the one before its fix: Cilium's 05-cilium.conflist in the
+# conf dir containerd reads, and Multus's multusAutoconfigDir that same folder (no guard then).
+LAYOUT=${CLUSTER_LAYOUT:-seed}
+case "$LAYOUT" in
+  seed) AUTOCONFIG_DIR=/etc/cni/multus/net.d ;;
+  before-fix) AUTOCONFIG_DIR=/host/etc/cni/net.d ;;
+  *) echo "cluster: CLUSTER_LAYOUT is seed or before-fix, not $LAYOUT" >&2; exit 2 ;;
+esac
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
@@ -470,6 +480,7 @@ EOF
 manifest() {
   sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
+    -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" \
     -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1"
 }
 
@@ -542,7 +553,7 @@ up() {
   write_configs
   cp "$CNI_PLUGINS_BIN"/* "$NODE/opt/cni/bin/"
   cp "$GUARD_BIN" "$NODE/opt/cni/bin/cni-guard"
-  if [ "${CLUSTER_MULTUS:-1}" = 0 ]; then
+  if [ "${CLUSTER_MULTUS:-1}" = 0 ] || [ "$LAYOUT" = before-fix ]; then
     cp "$CLUSTER_DIR/05-cilium.conflist" "$NODE/etc/cni/net.d/"
   else
     cp "$CLUSTER_DIR/05-cilium.conflist" "$NODE/etc/cni/multus/net.d/"
@@ -607,7 +618,7 @@ up() {
       crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
     manifest net1-nad.yaml | kubectl apply -f - >/dev/null
     wait_for "Multus's 00-multus.conf" test -s "$NODE/etc/cni/net.d/00-multus.conf"
-    if [ "${CLUSTER_GUARD:-1}" != 0 ]; then
+    if [ "${CLUSTER_GUARD:-1}" != 0 ] && [ "$LAYOUT" != before-fix ]; then
       say "deploying cni-guard (deploy/multus-cilium) in front of Multus"
       guard_manifest | kubectl apply -f - >/dev/null
       kubectl -n cni-guard rollout status daemonset/cni-guard --timeout="${TIMEOUT}s" >/dev/null

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The seed's incident on the real node of scripts/cluster.sh, with cni-guard in front:
+# The seed's incident on the real node of scripts/cluster.sh. With cni-guard in front (the
+# default of scripts/cluster.sh up):
 #  1. Multus's pod is taken off the node (a nodeSelector no node has): SIGTERM, and the daemon
 #     deletes 00-multus.conf;
 #  2. a pod that asks for net1 is created in that window: the guard refuses its sandbox
@@ -7,6 +8,10 @@
 #     that pod is built on the primary network alone;
 #  3. Multus comes back (nodeSelector removed), rewrites 00-multus.conf; kubelet's retry builds
 #     the sandbox with eth0 and net1.
+#
+# Without it, in the layout before the seed's fix (CLUSTER_LAYOUT=before-fix scripts/cluster.sh
+# up), the incident itself: the pod comes up on 05-cilium.conflist alone, without net1, and stays
+# so after Multus is back.
 #
 #   scripts/cluster.sh up && conformance/k8s/incident.sh
 #
@@ -25,8 +30,12 @@ POD=incident
 fail() { echo "k8s incident: FAIL: $*" >&2; exit 1; }
 ok() { echo "k8s incident: ok: $*"; }
 
-"$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1 ||
-  fail "cni-guard is not deployed (scripts/cluster.sh up without CLUSTER_GUARD=0)"
+guard=1
+if ! "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1; then
+  guard=
+  [ -e "$NODE/etc/cni/net.d/05-cilium.conflist" ] ||
+    fail "neither cni-guard nor the before-fix layout (CLUSTER_LAYOUT=before-fix) is there"
+fi
 
 restore() {
   "$K" -n kube-system patch daemonset kube-multus-ds --type=json \
@@ -44,6 +53,23 @@ ok "Multus stopped; it deleted 00-multus.conf (conf dir: $(ls "$NODE/etc/cni/net
 
 # 2. A pod in the window.
 sed "s/name: with-net1/name: $POD/" <(scripts/cluster.sh manifest pod-net1.yaml) | "$K" apply -f - >/dev/null
+if [ -z "$guard" ]; then
+  # The incident as it was: containerd falls back to 05-cilium.conflist.
+  "$K" wait --for=condition=Ready --timeout=120s "pod/$POD" >/dev/null || fail "pod $POD is not Ready"
+  addrs=$("$K" exec "$POD" -- ip -o addr)
+  if grep -q ' net1 ' <<<"$addrs"; then fail "pod $POD got a net1 without Multus"; fi
+  ok "INCIDENT REPRODUCED (no guard, before-fix layout): $POD Running on 05-cilium.conflist alone, no net1"
+  "$K" -n kube-system patch daemonset kube-multus-ds --type=json \
+    -p '[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]' >/dev/null
+  "$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s >/dev/null
+  wait_conf=0
+  for _ in $(seq 60); do [ -e "$NODE/etc/cni/net.d/00-multus.conf" ] && { wait_conf=1; break; }; sleep 1; done
+  [ "$wait_conf" = 1 ] || fail "Multus did not rewrite 00-multus.conf"
+  addrs=$("$K" exec "$POD" -- ip -o addr)
+  if grep -q ' net1 ' <<<"$addrs"; then fail "pod $POD got a net1 later"; fi
+  ok "Multus is back, and $POD still has no net1 (only replacing the pod would help)"
+  exit 0
+fi
 refused=
 for _ in $(seq 60); do
   if "$K" get events --field-selector "involvedObject.name=$POD,reason=FailedCreatePodSandBox" \

@@ -22,12 +22,13 @@
 # all. A second run builds nothing ("present", 0.4 s). $CNI_GUARD_GO_CACHE then holds about
 # 1.8G: module cache 0.8G, build cache 0.8G, binaries 0.2G.
 # Issue 12's cluster adds, measured (setup.sh prints wall time and /usr/bin/time's peak RSS) on
-# top of the caches above, downloads included, with the machine loaded by other builds
-# (load average 10-30 on 2 cores): etcd 47 s (most of its modules already downloaded; peak
-# RSS 0.4G, bin 26M) | Multus 75 s (0.9G,
-# 120M) | the 5 Kubernetes binaries 1048 s = 17.5 min wall, 397 s user + 91 s sys CPU (peak RSS
-# 1.9G, bins 400M). About 21 min cold in all; the module cache grows by ~3.5G, the build cache
-# by ~5G. A second run builds nothing (setup.sh then takes ~5 s, most of it the final `du`).
+# top of the caches above, downloads included, with the machine loaded by other builds (load
+# average 10-30 on 2 cores): the 5 Kubernetes binaries 1048 s = 17.5 min wall, 397 s user +
+# 91 s sys CPU, peak RSS 1.9G, bins 400M | Multus 75 s, 0.9G, 120M | etcd 47 s (most of its
+# modules were already downloaded by a kine build), 0.4G, 26M. About 20 min in all, nearly all
+# of it Kubernetes. Not measured from empty caches. The shared cache grew from 2.1G to 13G while
+# these and other worktrees' builds ran (Kubernetes' module and build caches are most of it).
+# A second run builds nothing (setup.sh then takes ~5 s, most of it the final `du`).
 
 # --- current generation (Go module proxy) -------------------------------------------------------
 CONTAINERD2_MODULE=github.com/containerd/containerd/v2

@@ -117,10 +117,12 @@ start() {
   local name=$1 pid
   shift
   say "starting $name"
-  # setsid and nsenter --net exec in place: $! is the daemon's pid.
+  # setsid and nsenter --net exec in place: $! is the daemon's pid. Descriptor 9 (a caller's
+  # lock, as in scripts/test.d/35-kubernetes.sh) is not handed down.
+  # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
   setsid nsenter --net="$NETNS_PATH" -- /bin/sh -c '
     for c in /sys/fs/cgroup/*/'"$CGROUP"'/daemons; do echo $$ >"$c/cgroup.procs" || exit 1; done
-    exec "$@"' "$name" "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 &
+    exec "$@"' "$name" "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 9>&- &
   pid=$!
   echo "$pid" >"$CLUSTER_DIR/pids/$name.pid"
   sleep 0.2
@@ -180,9 +182,9 @@ make_cgroups() {
 remove_cgroups() {
   local d
   # Deepest first; a cgroup that still holds a process stays (and is reported).
-  for d in $(find /sys/fs/cgroup/*/"$CGROUP" -depth -type d 2>/dev/null); do
+  while read -r d; do
     rmdir "$d" 2>/dev/null || say "cannot remove cgroup $d"
-  done
+  done < <(find /sys/fs/cgroup/*/"$CGROUP" -depth -type d 2>/dev/null)
 }
 
 # --- mounts ------------------------------------------------------------------------------------

@@ -288,12 +288,12 @@ wrapper_mod() {
 # wrapped_component NAME DIR LDFLAGS MODULE VERSION BINARY... -- PACKAGE...
 # go_component through a wrapper module (wrapper_mod), made only when something is missing.
 wrapped_component() {
-  local name=$1 dir=$2 ldflags=$3 module=$4 version=$5 b bins=() missing= work
+  local name=$1 dir=$2 ldflags=$3 module=$4 version=$5 b bins=() absent='' work
   shift 5
   while [ "$1" != -- ]; do bins+=("$1"); shift; done
   shift
-  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || missing=1; done
-  if [ -z "$missing" ]; then
+  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || absent=1; done
+  if [ -z "$absent" ]; then
     say "$name present in $dir/bin"
     return
   fi

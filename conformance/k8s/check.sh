@@ -82,6 +82,6 @@ ok "pod with-net1: eth0 and net1 inside the pod"
 if [ -n "$guard" ]; then
   sandbox=$(crictl pods -q --name with-net1 --state ready | head -n1)
   record=$NODE/var/lib/cni/cni-guard/guarded-pod-network/$sandbox:eth0.json
-  [ -n "$sandbox" ] && [ -f "$record" ] || fail "no ADD record of the guard for with-net1 ($record)"
+  if [ -z "$sandbox" ] || [ ! -f "$record" ]; then fail "no ADD record of the guard for with-net1 ($record)"; fi
   ok "the guard ran with-net1's ADD (record $record)"
 fi

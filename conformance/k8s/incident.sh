@@ -49,7 +49,7 @@ trap restore EXIT
   -p '{"spec":{"template":{"spec":{"nodeSelector":{"cni-guard.test/no-such-label":"x"}}}}}' >/dev/null
 for _ in $(seq 60); do [ -e "$NODE/etc/cni/net.d/00-multus.conf" ] || break; sleep 1; done
 [ ! -e "$NODE/etc/cni/net.d/00-multus.conf" ] || fail "00-multus.conf is still there 60 s after Multus went"
-ok "Multus stopped; it deleted 00-multus.conf (conf dir: $(ls "$NODE/etc/cni/net.d" | tr '\n' ' '))"
+ok "Multus stopped; it deleted 00-multus.conf (conf dir: $(cd "$NODE/etc/cni/net.d" && echo *))"
 
 # 2. A pod in the window.
 sed "s/name: with-net1/name: $POD/" <(scripts/cluster.sh manifest pod-net1.yaml) | "$K" apply -f - >/dev/null

@@ -29,6 +29,10 @@ done
 CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 cargo build --release --locked -p cni-guard
 
+# One node per machine (fixed namespace, addresses, folder): runs from other clones wait here.
+exec 9>/run/lock/cni-guard-k8s-test.lock
+flock -w 1800 9 || skip "another run of this test held the lock for 30 min"
+
 finish() {
   local rc=$?
   trap - EXIT

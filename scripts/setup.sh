@@ -13,6 +13,10 @@
 #      module proxy, each into its own folder under $CNI_GUARD_GO_CACHE (/var/cache/cni-guard/go,
 #      outside the clone; the module and build caches are there too). A component whose binaries
 #      are all there is not rebuilt ("present"). Debian's generation (steps 1-2) stays as it is.
+#      For the one-node cluster of scripts/cluster.sh also etcd, Multus (thick: multus-daemon,
+#      multus-shim) and Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
+#      kubelet, kubectl), each through a small wrapper module generated in a temp dir
+#      (wrapper_mod below); Kubernetes is by far the longest build (~17 min on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/versions.sh
@@ -49,7 +53,8 @@ if [ "$(id -u)" != 0 ]; then
   [ -n "$missing" ] && say "not root: NOT installing missing packages: $missing"
   [ -x "$CNITOOL" ] || command -v cnitool >/dev/null || say "not root: cnitool is not installed"
   for b in "$CONTAINERD2_BIN/containerd" "$CRICTL_BIN/crictl" "$CNITOOL_GO_BIN/cnitool" \
-           "$CNI_PLUGINS_BIN/bridge"; do
+           "$CNI_PLUGINS_BIN/bridge" "$ETCD_BIN/etcd" "$MULTUS_BIN/multus-daemon" \
+           "$KUBERNETES_BIN/kubelet"; do
     [ -x "$b" ] || say "not root: $b is not built"
   done
   say "not root: root-only suites will skip"
@@ -242,14 +247,16 @@ go_component() {
 # wrapper_mod DIR MODULE VERSION TOOL_PACKAGE...
 # Writes into DIR a module that requires MODULE at VERSION and lists each TOOL_PACKAGE as a `tool`
 # (so `go mod tidy` resolves exactly what they import), then tidies it; build the tools there
-# with GO_MODULE_DIR=DIR go_component. Two modules need this instead of `go install X@V`:
+# with GO_MODULE_DIR=DIR go_component. Three modules need this instead of `go install X@V`:
 #  - k8s.io/kubernetes: its published go.mod replaces every k8s.io staging module with
 #    ./staging/src/k8s.io/NAME, so `go install` refuses it (and a dependency's replaces count for
 #    nothing anyway). The wrapper replaces each staging module named there with its published
 #    v0.MINOR.PATCH (they come and go between releases, so the list is read, not written down),
 #    and copies its `godebug` lines (the main module's to set).
 #  - Multus: the proxy serves v4.3.0 but refuses the module's version list (403), which
-#    `go install X@V` reads to look for a deprecation notice.
+#    `go install X@V` reads to look for a deprecation notice;
+#  - etcd's server module: its go.mod replaces its sibling modules with ../api and so on (the
+#    wrapper needs no replace: the published requires name real versions).
 wrapper_mod() {
   local dir=$1 module=$2 version=$3 gomod rest t
   shift 3

@@ -21,13 +21,15 @@
 # In setup.sh's order with the caches shared, from empty: 67 s + 30 s + 1.6 s + 5.6 s, 1m44s in
 # all. A second run builds nothing ("present", 0.4 s). $CNI_GUARD_GO_CACHE then holds about
 # 1.8G: module cache 0.8G, build cache 0.8G, binaries 0.2G.
-# Issue 12's cluster adds, measured (setup.sh prints wall time and /usr/bin/time's peak RSS) on
-# top of the caches above, downloads included, with the machine loaded by other builds (load
-# average 10-30 on 2 cores): the 5 Kubernetes binaries 1048 s = 17.5 min wall, 397 s user +
-# 91 s sys CPU, peak RSS 1.9G, bins 400M | Multus 75 s, 0.9G, 120M | etcd 47 s (most of its
-# modules were already downloaded by a kine build), 0.4G, 26M. About 20 min in all, nearly all
-# of it Kubernetes. Not measured from empty caches. The shared cache grew from 2.1G to 13G while
-# these and other worktrees' builds ran (Kubernetes' module and build caches are most of it).
+# Issue 12's cluster adds (setup.sh prints wall time and /usr/bin/time's peak RSS; CPU time from
+# /usr/bin/time -v), downloads included:
+#   from empty module and build caches, the machine otherwise idle, in one cache in this order:
+#   Multus 93 s (peak RSS 0.9G) | etcd 27 s (0.5G, most modules shared with Multus) | the 5
+#   Kubernetes binaries 262 s wall = 408 s user + 93 s sys CPU (1.9G). About 6.5 min in all;
+#   that cache then holds 1.3G of modules and 4.0G of build cache; binaries 0.55G.
+#   through setup.sh on top of the caches above, the machine loaded by other builds (load
+#   average 10-30): Kubernetes 1048 s (17.5 min; the same 397 s user + 91 s sys CPU), Multus
+#   75 s, etcd 47 s.
 # A second run builds nothing (setup.sh then takes ~5 s, most of it the final `du`).
 
 # --- current generation (Go module proxy) -------------------------------------------------------

@@ -13,6 +13,11 @@
 #      module proxy, each into its own folder under $CNI_GUARD_GO_CACHE (/var/cache/cni-guard/go,
 #      outside the clone; the module and build caches are there too). A component whose binaries
 #      are all there is not rebuilt ("present"). Debian's generation (steps 1-2) stays as it is.
+#      For the one-node cluster of scripts/cluster.sh also etcd, Multus (thick: multus-daemon,
+#      multus-shim) and Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
+#      kubelet, kubectl), each through a small wrapper module generated in a temp dir
+#      (wrapper_mod below); Kubernetes is by far the longest build (500 s of CPU: 4.5 min on 2
+#      idle cores, 17 min on loaded ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/versions.sh
@@ -49,7 +54,8 @@ if [ "$(id -u)" != 0 ]; then
   [ -n "$missing" ] && say "not root: NOT installing missing packages: $missing"
   [ -x "$CNITOOL" ] || command -v cnitool >/dev/null || say "not root: cnitool is not installed"
   for b in "$CONTAINERD2_BIN/containerd" "$CRICTL_BIN/crictl" "$CNITOOL_GO_BIN/cnitool" \
-           "$CNI_PLUGINS_BIN/bridge"; do
+           "$CNI_PLUGINS_BIN/bridge" "$ETCD_BIN/etcd" "$MULTUS_BIN/multus-daemon" \
+           "$KUBERNETES_BIN/kubelet"; do
     [ -x "$b" ] || say "not root: $b is not built"
   done
   say "not root: root-only suites will skip"
@@ -187,16 +193,28 @@ fi
 GO=$(cni_guard_go)
 mkdir -p "$GO_MODCACHE_DIR" "$GO_BUILDCACHE_DIR"
 
+# The environment of every Go command here. -modcacherw: the module cache stays removable with
+# rm -rf. GOTOOLCHAIN=local: never fetch another toolchain. GOPROXY and GOSUMDB are the
+# environment's (Go's defaults).
+go_env() {
+  env CGO_ENABLED=0 GOTOOLCHAIN=local GOMODCACHE="$GO_MODCACHE_DIR" GOCACHE="$GO_BUILDCACHE_DIR" \
+    GOFLAGS="-modcacherw -trimpath" "$@"
+}
+
 # go_component NAME DIR LDFLAGS BINARY... -- PACKAGE@VERSION...
+# (a BINARY written NAME:BUILT is the file go writes as BUILT, renamed NAME)
 # Builds into DIR.partial and renames it to DIR once every BINARY is there, so an interrupted
 # build never passes for a finished one. Nothing is rebuilt when DIR/bin has every BINARY.
+# With GO_MODULE_DIR set, the PACKAGEs (no @VERSION) are built with `go build` inside that
+# module instead of `go install PACKAGE@VERSION` (the Kubernetes wrapper module).
+# The wall time and peak memory (/usr/bin/time -v, when present) are printed.
 go_component() {
   local name=$1 dir=$2 ldflags=$3
   shift 3
-  local bins=() b missing=() start elapsed
+  local bins=() b missing=() start elapsed timing=() peak=
   while [ "$1" != -- ]; do bins+=("$1"); shift; done
   shift
-  for b in "${bins[@]}"; do [ -x "$dir/bin/$b" ] || missing+=("$b"); done
+  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || missing+=("${b%%:*}"); done
   if [ "${#missing[@]}" = 0 ]; then
     say "$name present in $dir/bin"
     return
@@ -204,20 +222,97 @@ go_component() {
   say "building $name (${missing[*]} missing in $dir/bin)"
   rm -rf "$dir.partial"
   mkdir -p "$dir.partial/bin"
+  if [ -x /usr/bin/time ]; then timing=(/usr/bin/time -v -o "$dir.partial/time.txt"); fi
   start=$(date +%s%N)
-  # -modcacherw: the module cache stays removable with rm -rf. GOTOOLCHAIN=local: never fetch
-  # another toolchain. GOPROXY and GOSUMDB are the environment's (Go's defaults).
-  env CGO_ENABLED=0 GOTOOLCHAIN=local GOBIN="$dir.partial/bin" GOMODCACHE="$GO_MODCACHE_DIR" \
-    GOCACHE="$GO_BUILDCACHE_DIR" GOFLAGS="-modcacherw -trimpath" \
-    "$GO" install -ldflags="$ldflags" "$@"
+  if [ -n "${GO_MODULE_DIR:-}" ]; then
+    (cd "$GO_MODULE_DIR" && go_env "${timing[@]}" "$GO" build -ldflags="$ldflags" \
+      -o "$dir.partial/bin/" "$@")
+  else
+    go_env GOBIN="$dir.partial/bin" "${timing[@]}" "$GO" install -ldflags="$ldflags" "$@"
+  fi
   elapsed=$(( ($(date +%s%N) - start) / 1000000 ))
-  for b in "${bins[@]}"; do
-    [ -x "$dir.partial/bin/$b" ] || { say "$name: go install did not produce $b" >&2; exit 1; }
+  if [ -f "$dir.partial/time.txt" ]; then
+    peak=$(awk -F': ' '/Maximum resident set size/ {printf ", peak RSS %d MiB", $2 / 1024}' \
+      "$dir.partial/time.txt")
+    mv "$dir.partial/time.txt" "$dir.partial/build-time.txt"
+  fi
+  for b in "${bins[@]}"; do # NAME, or NAME:BUILT when go names the binary BUILT
+    [ -x "$dir.partial/bin/${b#*:}" ] || { say "$name: go did not produce ${b#*:}" >&2; exit 1; }
+    if [ "${b%%:*}" != "${b#*:}" ]; then mv "$dir.partial/bin/${b#*:}" "$dir.partial/bin/${b%%:*}"; fi
   done
   rm -rf "$dir"
   mv "$dir.partial" "$dir"
-  say "built $name in $((elapsed / 1000)).$(printf '%03d' $((elapsed % 1000)))s ($("$GO" env GOVERSION), CGO_ENABLED=0) into $dir/bin"
+  say "built $name in $((elapsed / 1000)).$(printf '%03d' $((elapsed % 1000)))s$peak ($("$GO" env GOVERSION), CGO_ENABLED=0) into $dir/bin"
 }
+
+# wrapper_mod DIR MODULE VERSION TOOL_PACKAGE...
+# Writes into DIR a module that requires MODULE at VERSION and lists each TOOL_PACKAGE as a `tool`
+# (so `go mod tidy` resolves exactly what they import), then tidies it; build the tools there
+# with GO_MODULE_DIR=DIR go_component. Three modules need this instead of `go install X@V`:
+#  - k8s.io/kubernetes: its published go.mod replaces every k8s.io staging module with
+#    ./staging/src/k8s.io/NAME, so `go install` refuses it (and a dependency's replaces count for
+#    nothing anyway). The wrapper replaces each staging module named there with its published
+#    v0.MINOR.PATCH (they come and go between releases, so the list is read, not written down),
+#    and copies its `godebug` lines (the main module's to set).
+#  - Multus: the proxy serves v4.3.0 but refuses the module's version list (403), which
+#    `go install X@V` reads to look for a deprecation notice;
+#  - etcd's server module: its go.mod replaces its sibling modules with ../api and so on (the
+#    wrapper needs no replace: the published requires name real versions).
+wrapper_mod() {
+  local dir=$1 module=$2 version=$3 gomod rest t
+  shift 3
+  gomod=$(go_env "$GO" mod download -json "$module@$version" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  [ -f "$gomod" ] || { say "no go.mod for $module@$version" >&2; exit 1; }
+  {
+    echo "// Generated by scripts/setup.sh to build $module@$version."
+    echo "module wrapper-build"
+    echo
+    sed -n 's/^go \([0-9.]*\)$/go \1/p' "$gomod"
+    sed -n '/^godebug /p' "$gomod"
+    echo
+    echo "require $module $version"
+    if [ "$module" = "$KUBERNETES_MODULE" ]; then
+      rest=${version#v1.}
+      echo
+      echo "replace ("
+      # `replace ( ... )` blocks and single `replace X => ./staging/...` lines.
+      awk '/^replace \($/ { r = 1; next } r && /^\)/ { r = 0; next }
+           r && $2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }
+           /^replace [^(]/ && $3 == "=>" && $4 ~ /^\.\/staging\// { print $2 }' "$gomod" |
+        sort -u | while read -r m; do printf '\t%s => %s v0.%s\n' "$m" "$m" "$rest"; done
+      echo ")"
+    fi
+    echo
+    for t in "$@"; do echo "tool $t"; done
+  } >"$dir/go.mod"
+  if [ "$module" = "$KUBERNETES_MODULE" ] && ! grep -q "=> k8s.io/" "$dir/go.mod"; then
+    say "no staging module found in $gomod" >&2
+    exit 1
+  fi
+  (cd "$dir" && go_env "$GO" mod tidy)
+}
+
+# wrapped_component NAME DIR LDFLAGS MODULE VERSION BINARY... -- PACKAGE...
+# go_component through a wrapper module (wrapper_mod), made only when something is missing.
+wrapped_component() {
+  local name=$1 dir=$2 ldflags=$3 module=$4 version=$5 b bins=() absent='' work
+  shift 5
+  while [ "$1" != -- ]; do bins+=("$1"); shift; done
+  shift
+  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || absent=1; done
+  if [ -z "$absent" ]; then
+    say "$name present in $dir/bin"
+    return
+  fi
+  work=$(mktemp -d /tmp/cni-guard-wrapper.XXXXXX)
+  wrappers+=("$work")
+  say "$name: wrapper module in $work"
+  wrapper_mod "$work" "$module" "$version" "$@"
+  GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
+}
+wrappers=()
+trap 'rm -rf "${wrappers[@]}"; if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
 
 say "Go components: $GO ($("$GO" env GOVERSION)), cache $CNI_GUARD_GO_CACHE"
 go_component "containerd $CONTAINERD2_VERSION" "$(dirname "$CONTAINERD2_BIN")" \
@@ -239,6 +334,33 @@ done
 go_component "reference plugins $CNI_PLUGINS_VERSION" "$(dirname "$CNI_PLUGINS_BIN")" \
   "-X $CNI_PLUGINS_MODULE/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
   "${plugin_names[@]}" -- "${plugin_pkgs[@]}"
+# etcd: its go.mod replaces its sibling modules with ../api etc., so it goes through a wrapper
+# module too; its main package is the module's root, which go names "server" (major suffix).
+wrapped_component "etcd $ETCD_VERSION" "$(dirname "$ETCD_BIN")" \
+  "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
+  "$ETCD_MODULE" "$ETCD_VERSION" etcd:server -- "$ETCD_MODULE"
+multus_ldflags=
+for kv in "version=$MULTUS_VERSION" gitTreeState=clean releaseStatus=released; do
+  multus_ldflags+=" -X $MULTUS_MODULE/pkg/multus.$kv"
+done
+
+wrapped_component "Multus $MULTUS_VERSION" "$(dirname "$MULTUS_BIN")" "$multus_ldflags" \
+  "$MULTUS_MODULE" "$MULTUS_VERSION" multus-daemon multus-shim -- \
+  "$MULTUS_MODULE/cmd/multus-daemon" "$MULTUS_MODULE/cmd/multus-shim"
+# Kubernetes: the version variables as its own build sets them (hack/lib/version.sh).
+k8s_minor=${KUBERNETES_VERSION#v1.}
+k8s_minor=${k8s_minor%%.*}
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  for kv in "gitVersion=$KUBERNETES_VERSION" gitMajor=1 "gitMinor=$k8s_minor" \
+            gitTreeState=clean buildDate=1970-01-01T00:00:00Z; do
+    k8s_ldflags+=" -X $pkg.$kv"
+  done
+done
+k8s_pkgs=()
+for b in "${KUBERNETES_BUILT[@]}"; do k8s_pkgs+=("$KUBERNETES_MODULE/cmd/$b"); done
+wrapped_component "Kubernetes $KUBERNETES_VERSION" "$(dirname "$KUBERNETES_BIN")" "$k8s_ldflags" \
+  "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "${KUBERNETES_BUILT[@]}" -- "${k8s_pkgs[@]}"
 
 # What was built answers for its version (a wrong pin or a broken build fails here).
 "$CONTAINERD2_BIN/containerd" --version | grep -qF " $CONTAINERD2_VERSION" \
@@ -254,6 +376,20 @@ grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
   || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
 echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
   || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
+for b in "${KUBERNETES_BUILT[@]}"; do
+  [ "$b" = kubectl ] && v=$("$KUBERNETES_BIN/$b" version --client 2>&1) || v=$("$KUBERNETES_BIN/$b" --version 2>&1)
+  grep -qF "$KUBERNETES_VERSION" <<<"$v" \
+    || { say "$KUBERNETES_BIN/$b does not report $KUBERNETES_VERSION: $v" >&2; exit 1; }
+done
+v=$("$ETCD_BIN/etcd" --version 2>&1)
+grep -qF "etcd Version: ${ETCD_VERSION#v}" <<<"$v" \
+  || { say "$ETCD_BIN/etcd does not report $ETCD_VERSION: $v" >&2; exit 1; }
+for b in multus-daemon multus-shim; do
+  v=$("$MULTUS_BIN/$b" -version 2>&1 || true)
+  grep -qF "version:$MULTUS_VERSION" <<<"$v" \
+    || { say "$MULTUS_BIN/$b does not report $MULTUS_VERSION: $v" >&2; exit 1; }
+done
 say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
+say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"

@@ -1,0 +1,727 @@
+#!/usr/bin/env bash
+# A one-node Kubernetes cluster on this machine, without systemd, Docker or a registry (issue 12):
+#
+#   scripts/cluster.sh up       start it (prints the KUBECONFIG path); nothing to do when it is up
+#   scripts/cluster.sh down     stop every process it started, remove its network namespace, its
+#                               mounts, cgroups and files; safe to run at any time, any number
+#   scripts/cluster.sh status   the processes, the node and every pod
+#   scripts/cluster.sh manifest FILE   conformance/k8s/manifests/FILE with this node's paths
+#                                      (FILE `guard`: deploy/multus-cilium for this node)
+#
+# Everything runs in one network namespace, the node ($NETNS, address $NODE_IP; the host reaches
+# it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
+#   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler
+#   containerd 2.x (private config, root, state and sockets) <- kubelet (cgroupfs, cgroup v1)
+# The node's CNI folders are private, under $CLUSTER_DIR/node:
+#   etc/cni/net.d          containerd's conf_dir (the node's /etc/cni/net.d); Multus writes
+#                          00-multus.conf here
+#   etc/cni/multus/net.d   05-cilium.conflist, the primary network (a bridge + host-local
+#                          standing in for Cilium), read by Multus only (the seed's layout)
+#   opt/cni/bin            the reference plugins, cni-guard, and multus-shim (installed by the
+#                          Multus DaemonSet's init container)
+# Images are OCI tarballs built here and imported with `ctr -n k8s.io images import`: the sandbox
+# (pause) image, a busybox test image, the guard's image (scripts/build-image.sh) and a Multus
+# image. Multus (thick plugin) runs as a DaemonSet (conformance/k8s/manifests/multus.yaml) and a
+# NetworkAttachmentDefinition `macvlan-net1` (macvlan on the node's veth net1-parent) gives
+# pods that ask for it a second interface net1. cni-guard's DaemonSet (deploy/multus-cilium, its
+# paths moved under the node's folder) then puts 00-cni-guard.conflist in front of Multus.
+#
+# Environment: CNI_GUARD_CLUSTER_DIR (default /var/lib/cni-guard-cluster), CLUSTER_MULTUS=0 to
+# leave Multus out (05-cilium.conflist then goes straight into the conf dir), CLUSTER_GUARD=0 to
+# leave cni-guard out (by default deploy/multus-cilium runs in front of Multus), CLUSTER_TIMEOUT
+# (seconds each wait may take, default 180), CLUSTER_LAYOUT=before-fix for the layout the seed
+# fixed (05-cilium.conflist in the conf dir, Multus's autoconfig dir the conf dir, no guard: the
+# incident itself), CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
+# running for a look (`down` still removes it). Needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+# shellcheck source=scripts/versions.sh
+. scripts/versions.sh
+
+CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
+NODE=$CLUSTER_DIR/node # the node's private file system folders
+NETNS=cni-guard-k8s
+NETNS_PATH=/run/netns/$NETNS
+VETH_HOST=cgk8s-host # host side; the node side is eth0
+HOST_IP=10.77.0.1
+NODE_IP=10.77.0.2
+NODE_NAME=cni-guard-node
+SERVICE_CIDR=10.96.0.0/16
+API_SERVICE_IP=10.96.0.1 # the `kubernetes` Service; DNAT to the API server (no kube-proxy)
+POD_SUBNET=10.88.0.0/16  # 05-cilium.conflist (bridge cni-guard0 + host-local)
+NET1_SUBNET=10.99.0.0/24 # the NetworkAttachmentDefinition (macvlan on net1-parent)
+CGROUP=cni-guard-k8s     # kubelet's cgroupRoot; the daemons in $CGROUP/daemons
+TIMEOUT=${CLUSTER_TIMEOUT:-180}
+# The seed's layout (default), or the one before its fix: Cilium's 05-cilium.conflist in the
+# conf dir containerd reads, and Multus's multusAutoconfigDir that same folder (no guard then).
+LAYOUT=${CLUSTER_LAYOUT:-seed}
+case "$LAYOUT" in
+  seed) AUTOCONFIG_DIR=/etc/cni/multus/net.d ;;
+  before-fix) AUTOCONFIG_DIR=/host/etc/cni/net.d ;;
+  *) echo "cluster: CLUSTER_LAYOUT is seed or before-fix, not $LAYOUT" >&2; exit 2 ;;
+esac
+KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
+LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+SANDBOX_IMAGE=localhost/cni-guard-test/sandbox:1
+TEST_IMAGE=localhost/cni-guard-test/busybox:1
+GUARD_IMAGE=localhost/cni-guard:dev
+MULTUS_IMAGE=localhost/cni-guard-test/multus:$MULTUS_VERSION
+# The kernel settings kubelet changes at start (not per namespace): saved by `up`, put back as
+# soon as kubelet has started and again by `down`. kernel.panic_on_oops=1 and kernel.panic=10
+# would reboot a shared test machine on an oops.
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+
+say() { echo "cluster: $*" >&2; }
+die() { say "$*"; exit 1; }
+kubectl() { "$KUBERNETES_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+in_node() { nsenter --net="$NETNS_PATH" -- "$@"; }
+crictl() {
+  local c=$CLUSTER_DIR/crictl.yaml
+  [ -f "$c" ] || printf 'runtime-endpoint: unix://%s\ntimeout: 20\n' \
+    "$NODE/run/containerd/containerd.sock" >"$c"
+  "$CRICTL_BIN/crictl" --config "$c" "$@"
+}
+# ctr warns on every call that cgroup v1 is deprecated; that line is dropped.
+ctr() {
+  "$CONTAINERD2_BIN/ctr" --address "$NODE/run/containerd/containerd.sock" "$@" 2> >(grep -v 'DEPRECATION: The support for cgroup v1' >&2)
+}
+
+# wait_for WHAT COMMAND...: runs COMMAND every second until it succeeds, at most $TIMEOUT s.
+wait_for() {
+  local what=$1 i
+  shift
+  for ((i = 0; i < TIMEOUT; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 1
+  done
+  say "timed out after ${TIMEOUT}s waiting for $what"
+  return 1
+}
+
+pid_of() { # NAME -> the pid of a running daemon this script started, or nothing
+  local f=$CLUSTER_DIR/pids/$1.pid p
+  [ -f "$f" ] || return 0
+  p=$(cat "$f")
+  # The pid file is ours; the process must still be the one we started (same binary).
+  if [ -d "/proc/$p" ] && grep -qF "$CLUSTER_DIR" "/proc/$p/cmdline" 2>/dev/null; then echo "$p"; fi
+}
+
+# --- processes ---------------------------------------------------------------------------------
+# start NAME COMMAND...: runs COMMAND in the node's network namespace, in its own session, in the
+# cgroup $CGROUP/daemons (so that `down` finds it and everything it forks: shims, containers),
+# stdout and stderr to logs/NAME.log.
+start() {
+  local name=$1 pid
+  shift
+  say "starting $name"
+  # setsid and nsenter --net exec in place: $! is the daemon's pid. Descriptor 9 (a caller's
+  # lock, as in scripts/test.d/35-kubernetes.sh) is not handed down.
+  # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
+  setsid nsenter --net="$NETNS_PATH" -- /bin/sh -c '
+    for c in /sys/fs/cgroup/*/'"$CGROUP"'/daemons; do echo $$ >"$c/cgroup.procs" || exit 1; done
+    exec "$@"' "$name" "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 9>&- &
+  pid=$!
+  echo "$pid" >"$CLUSTER_DIR/pids/$name.pid"
+  sleep 0.2
+  [ -d "/proc/$pid" ] || { tail -n 20 "$CLUSTER_DIR/logs/$name.log" >&2; die "$name exited at once"; }
+}
+
+# stop NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 10).
+stop() {
+  local name=$1 grace=${2:-10} pid i
+  pid=$(pid_of "$name")
+  [ -n "$pid" ] || return 0
+  say "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < grace * 10; i++)); do
+    [ -d "/proc/$pid" ] || break
+    sleep 0.1
+  done
+  if [ -d "/proc/$pid" ]; then
+    say "$name did not stop in ${grace}s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$CLUSTER_DIR/pids/$name.pid"
+}
+
+# Every process in the node's cgroups (daemons, shims, pods' processes).
+cgroup_pids() {
+  find /sys/fs/cgroup/*/"$CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+}
+
+kill_cgroup() {
+  local i pids
+  for ((i = 0; i < 50; i++)); do
+    pids=$(cgroup_pids)
+    [ -n "$pids" ] || return 0
+    # shellcheck disable=SC2086 # one pid a word
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+  done
+  say "processes left in the $CGROUP cgroups: $(cgroup_pids | tr '\n' ' ')"
+}
+
+make_cgroups() {
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    h=${h%/}
+    [ "$(basename "$h")" = unified ] && continue
+    mkdir -p "$h/$CGROUP/daemons"
+    if [ -f "$h/cpuset.cpus" ]; then # a new cpuset holds no cpu until given one
+      cat "$h/cpuset.cpus" >"$h/$CGROUP/cpuset.cpus"
+      cat "$h/cpuset.mems" >"$h/$CGROUP/cpuset.mems"
+      cat "$h/cpuset.cpus" >"$h/$CGROUP/daemons/cpuset.cpus"
+      cat "$h/cpuset.mems" >"$h/$CGROUP/daemons/cpuset.mems"
+    fi
+  done
+}
+
+remove_cgroups() {
+  local d
+  # Deepest first; a cgroup that still holds a process stays (and is reported).
+  while read -r d; do
+    rmdir "$d" 2>/dev/null || say "cannot remove cgroup $d"
+  done < <(find /sys/fs/cgroup/*/"$CGROUP" -depth -type d 2>/dev/null)
+}
+
+# --- mounts ------------------------------------------------------------------------------------
+# Every mount point at or below $CLUSTER_DIR, deepest first (mountinfo escapes spaces as \040).
+mounts_below() {
+  awk -v d="$CLUSTER_DIR" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo |
+    awk '{ print length($0) " " $0 }' | sort -rn | cut -d' ' -f2-
+}
+
+unmount_all() {
+  local m i
+  for ((i = 0; i < 5; i++)); do
+    [ -n "$(mounts_below)" ] || return 0
+    while read -r m; do
+      [ -n "$m" ] || continue
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(mounts_below)
+  done
+  [ -z "$(mounts_below)" ] || say "mounts left below $CLUSTER_DIR: $(mounts_below | tr '\n' ' ')"
+}
+
+# --- network -----------------------------------------------------------------------------------
+make_network() {
+  ip netns add "$NETNS"
+  ip link add "$VETH_HOST" type veth peer name eth0 netns "$NETNS"
+  ip addr add "$HOST_IP/24" dev "$VETH_HOST"
+  ip link set "$VETH_HOST" up
+  in_node ip link set lo up
+  in_node ip addr add "$NODE_IP/24" dev eth0
+  in_node ip link set eth0 up
+  in_node ip route add default via "$HOST_IP"
+  # The parent of the secondary network's macvlan links: one end of a veth pair inside the node
+  # (this kernel has no dummy links: CONFIG_DUMMY is not set), so no traffic leaves the node.
+  in_node ip link add net1-parent type veth peer name net1-peer
+  in_node ip link set net1-parent up
+  in_node ip link set net1-peer up
+  # No kube-proxy: the `kubernetes` Service address leads to the API server, from pods (through
+  # the bridge: PREROUTING) and from host-network pods and the node itself (OUTPUT).
+  in_node iptables -t nat -A PREROUTING -d "$API_SERVICE_IP/32" -p tcp --dport 443 \
+    -j DNAT --to-destination "$NODE_IP:6443"
+  in_node iptables -t nat -A OUTPUT -d "$API_SERVICE_IP/32" -p tcp --dport 443 \
+    -j DNAT --to-destination "$NODE_IP:6443"
+  in_node sysctl -qw net.ipv4.ip_forward=1
+}
+
+remove_network() {
+  if [ -e "$NETNS_PATH" ]; then
+    ip netns del "$NETNS" 2>/dev/null || { umount "$NETNS_PATH" 2>/dev/null; rm -f "$NETNS_PATH"; }
+  fi
+  # The host end goes with its peer; remove it if the namespace went some other way.
+  if ip link show "$VETH_HOST" >/dev/null 2>&1; then ip link del "$VETH_HOST" || true; fi
+}
+
+# --- certificates and kubeconfigs --------------------------------------------------------------
+# cert NAME CN [O] [SANS]: a key and a certificate signed by the cluster CA, in pki/.
+cert() {
+  local name=$1 cn=$2 o=${3:-} sans=${4:-} subj ext
+  subj="/CN=$cn"
+  [ -n "$o" ] && subj="/O=$o$subj"
+  ext=$CLUSTER_DIR/pki/$name.ext
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    if [ -n "$sans" ]; then
+      echo "extendedKeyUsage=serverAuth,clientAuth"
+      echo "subjectAltName=$sans"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } >"$ext"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$CLUSTER_DIR/pki/$name.key" \
+    -subj "$subj" -out "$CLUSTER_DIR/pki/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$CLUSTER_DIR/pki/$name.csr" -CA "$CLUSTER_DIR/pki/ca.crt" \
+    -CAkey "$CLUSTER_DIR/pki/ca.key" -CAcreateserial -days 30 -sha256 -extfile "$ext" \
+    -out "$CLUSTER_DIR/pki/$name.crt" 2>/dev/null
+  rm -f "$CLUSTER_DIR/pki/$name.csr" "$ext"
+}
+
+kubeconfig() { # NAME USER: kubeconfigs/NAME for the client certificate pki/USER.*
+  local out=$CLUSTER_DIR/$1.kubeconfig p=$CLUSTER_DIR/pki
+  cat >"$out" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: $NETNS
+    cluster:
+      server: https://$NODE_IP:6443
+      certificate-authority: $p/ca.crt
+users:
+  - name: $2
+    user:
+      client-certificate: $p/$2.crt
+      client-key: $p/$2.key
+contexts:
+  - name: $NETNS
+    context: {cluster: $NETNS, user: $2}
+current-context: $NETNS
+EOF
+}
+
+make_pki() {
+  local p=$CLUSTER_DIR/pki
+  mkdir -p "$p"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$p/ca.key" -out "$p/ca.crt" -days 30 \
+    -subj "/CN=cni-guard-cluster-ca" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+  cert apiserver kube-apiserver "" "IP:127.0.0.1,IP:$NODE_IP,IP:$API_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert admin admin system:masters
+  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+  cert controller-manager system:kube-controller-manager
+  cert scheduler system:kube-scheduler
+  cert kubelet "system:node:$NODE_NAME" system:nodes
+  cert kubelet-serving "$NODE_NAME" "" "IP:$NODE_IP,DNS:$NODE_NAME"
+  openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
+  chmod 600 "$p"/*.key
+  kubeconfig admin admin
+  kubeconfig controller-manager controller-manager
+  kubeconfig scheduler scheduler
+  kubeconfig kubelet kubelet
+}
+
+# --- images ------------------------------------------------------------------------------------
+# oci_image NAME ROOTFS ENTRYPOINT_JSON OUT: a one-layer OCI layout tarball, in the format of
+# scripts/build-image.sh (index.json annotated io.containerd.image.name).
+oci_image() {
+  local name=$1 rootfs=$2 entrypoint=$3 out=$4 work layer_sum layer_size cfg_sum cfg_size m_sum m_size
+  work=$(mktemp -d "$CLUSTER_DIR/tmp/image.XXXXXX")
+  mkdir -p "$work/layout/blobs/sha256"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$rootfs" -cf "$work/layer.tar" .
+  blob() {
+    local sum
+    sum=$(sha256sum "$1" | cut -d' ' -f1)
+    cp "$1" "$work/layout/blobs/sha256/$sum"
+    echo "$sum $(stat -c %s "$1")"
+  }
+  read -r layer_sum layer_size < <(blob "$work/layer.tar")
+  printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin:/usr/src/multus-cni/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+    "$(dpkg --print-architecture)" "$entrypoint" "$layer_sum" >"$work/config.json"
+  read -r cfg_sum cfg_size < <(blob "$work/config.json")
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s}]}' \
+    "$cfg_sum" "$cfg_size" "$layer_sum" "$layer_size" >"$work/manifest.json"
+  read -r m_sum m_size < <(blob "$work/manifest.json")
+  printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+    "$m_sum" "$m_size" "$name" "${name##*:}" >"$work/layout/index.json"
+  echo '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$work/layout" -cf "$out" \
+    oci-layout index.json blobs
+  rm -rf "$work"
+}
+
+busybox_root() { # DIR: static busybox at /bin/busybox with every applet linked in /bin
+  mkdir -p "$1/bin" "$1/tmp" "$1/etc"
+  cp /bin/busybox "$1/bin/busybox"
+  # multus-daemon refuses to start unless user.Current() says uid 0, which without cgo reads
+  # /etc/passwd (it dereferences a nil user when the file is missing).
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$1/etc/passwd"
+  echo 'root:x:0:' >"$1/etc/group"
+  local a
+  for a in $(/bin/busybox --list); do [ -e "$1/bin/$a" ] || ln -s busybox "$1/bin/$a"; done
+}
+
+make_images() {
+  local img=$CLUSTER_DIR/images root
+  mkdir -p "$img" "$CLUSTER_DIR/tmp"
+  bash scripts/build-image.sh sandbox "$img/sandbox.tar" "$SANDBOX_IMAGE" >/dev/null
+  bash scripts/build-image.sh guard "$img/guard.tar" "$GUARD_BIN" "$GUARD_IMAGE" >/dev/null
+  root=$CLUSTER_DIR/tmp/busybox-root
+  busybox_root "$root"
+  oci_image "$TEST_IMAGE" "$root" '["/bin/sh"]' "$img/busybox.tar"
+  # The Multus image: its two binaries where upstream's image has them, and busybox (cp for the
+  # init container that installs multus-shim).
+  mkdir -p "$root/usr/src/multus-cni/bin"
+  cp "$MULTUS_BIN/multus-daemon" "$MULTUS_BIN/multus-shim" "$root/usr/src/multus-cni/bin/"
+  oci_image "$MULTUS_IMAGE" "$root" '["/usr/src/multus-cni/bin/multus-daemon"]' "$img/multus.tar"
+  rm -rf "$root"
+}
+
+import_images() {
+  local t
+  for t in "$CLUSTER_DIR"/images/*.tar; do
+    ctr -n k8s.io images import "$t" >/dev/null
+  done
+  say "images: $(ctr -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
+}
+
+# --- configuration files -----------------------------------------------------------------------
+write_configs() {
+  mkdir -p "$NODE/etc/containerd" "$NODE/etc/kubernetes"
+  cat >"$NODE/etc/containerd/config.toml" <<EOF
+# containerd $CONTAINERD2_VERSION for the node of scripts/cluster.sh: nothing shared with the host's.
+version = 3
+root = "$NODE/var/lib/containerd"
+state = "$NODE/run/containerd"
+imports = []
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.nri.v1.nri",
+]
+[grpc]
+  address = "$NODE/run/containerd/containerd.sock"
+[ttrpc]
+  address = "$NODE/run/containerd/containerd.sock.ttrpc"
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$NODE/opt/containerd"
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "$SANDBOX_IMAGE"
+  [plugins.'io.containerd.cri.v1.runtime']
+    enable_selinux = false
+    disable_apparmor = true
+    netns_mounts_under_state_dir = true
+    # This machine gives root no CAP_SYS_RESOURCE (CapEff 000001fffeffffff: bit 24 is off), so
+    # nothing may lower an oom_score_adj; kubelet asks -998 for sandboxes, and runc then fails
+    # ("nsexec: failed to update /proc/self/oom_score_adj: Permission denied"). Clamp instead.
+    restrict_oom_score_adj = true
+    cdi_spec_dirs = []
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$DEBIAN_RUNC"
+        Root = "$NODE/run/runc"
+        SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["$NODE/opt/cni/bin"]
+      conf_dir = "$NODE/etc/cni/net.d"
+      max_conf_num = 1
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+EOF
+  cat >"$NODE/etc/kubernetes/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$NODE/run/containerd/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: /$CGROUP
+failSwapOn: false
+failCgroupV1: false
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $CLUSTER_DIR/pki/kubelet-serving.crt
+tlsPrivateKeyFile: $CLUSTER_DIR/pki/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $CLUSTER_DIR/pki/ca.crt}
+authorization: {mode: Webhook}
+podLogsDir: $NODE/var/log/pods
+resolvConf: /etc/resolv.conf
+staticPodPath: ""
+# A test machine shared with other builds: evict only when it is really full.
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+# No image can be pulled here: every image is imported.
+serializeImagePulls: true
+EOF
+  # The primary network, standing in for Cilium's 05-cilium.conflist. Nothing in it needs
+  # iptables (no ipMasq, no portmap): Multus runs it inside its own image, which has none.
+  # Known and left as it is: Multus v4.3.0 caches this delegate for DEL re-marshalled from its
+  # own struct, which keeps only cniVersion, name and each plugin's type and ipam.type, so every
+  # DEL fails in host-local ("plugin type="bridge" failed (delete): no IP ranges specified",
+  # with "ranges" or "subnet", cniVersion 1.0.0 or 0.4.0) and the pod's lease stays on disk.
+  cat >"$CLUSTER_DIR/05-cilium.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "cilium",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni-guard0",
+      "isGateway": true,
+      "ipam": {
+        "type": "host-local",
+        "subnet": "$POD_SUBNET",
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$NODE/var/lib/cni/networks"
+      }
+    }
+  ]
+}
+EOF
+}
+
+# Fills the @...@ placeholders of a manifest in conformance/k8s/manifests.
+manifest() {
+  sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
+    -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
+    -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" \
+    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1"
+}
+
+# deploy/multus-cilium as it is, rendered with the node's folders for the host's: every
+# /etc/cni/..., /opt/cni/bin and /var/lib/cni/cni-guard (hostPaths, the conflist's paths, and the
+# /host/... mount paths the probe reads with --host-root=/host) moves under $NODE; the image is
+# the imported one.
+guard_manifest() {
+  kubectl kustomize "$REPO/deploy/multus-cilium" | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
+    -e "s#/opt/cni/bin#$NODE/opt/cni/bin#g" -e "s#/var/lib/cni/cni-guard#$NODE/var/lib/cni/cni-guard#g" \
+    -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#"
+}
+
+# --- up / down / status ------------------------------------------------------------------------
+need_binaries() {
+  local b
+  for b in "$ETCD_BIN/etcd" "$CONTAINERD2_BIN/containerd" "$CONTAINERD2_BIN/ctr" \
+           "$CRICTL_BIN/crictl" "$CNI_PLUGINS_BIN/bridge" "$MULTUS_BIN/multus-daemon" \
+           "$MULTUS_BIN/multus-shim" "$DEBIAN_RUNC" /bin/busybox; do
+    [ -x "$b" ] || die "$b is missing: run scripts/setup.sh (as root)"
+  done
+  for b in "${KUBERNETES_BUILT[@]}"; do
+    [ -x "$KUBERNETES_BIN/$b" ] || die "$KUBERNETES_BIN/$b is missing: run scripts/setup.sh"
+  done
+  GUARD_BIN=${CNI_GUARD_BIN:-$REPO/target/release/cni-guard}
+  if [ ! -x "$GUARD_BIN" ]; then
+    say "building $GUARD_BIN"
+    nice -n 10 cargo build --release --locked -p cni-guard >&2
+  fi
+}
+
+apiserver_ready() {
+  curl -sf --cacert "$CLUSTER_DIR/pki/ca.crt" --cert "$CLUSTER_DIR/pki/admin.crt" \
+    --key "$CLUSTER_DIR/pki/admin.key" "https://$NODE_IP:6443/readyz" >/dev/null
+}
+
+is_up() {
+  local d
+  for d in "${DAEMONS[@]}"; do [ -n "$(pid_of "$d")" ] || return 1; done
+  apiserver_ready
+}
+
+up() {
+  if is_up; then
+    say "already up"
+    echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+    return 0
+  fi
+  if [ -e "$CLUSTER_DIR" ] || [ -e "$NETNS_PATH" ]; then
+    say "a partial cluster is there: removing it first"
+    down
+  fi
+  need_binaries
+  trap 'failed' EXIT
+  trap 'exit 130' INT TERM
+  local t0=$SECONDS
+
+  mkdir -p "$CLUSTER_DIR"/{logs,pids,tmp} "$NODE"/etc/cni/{net.d,multus/net.d} \
+    "$NODE"/opt/cni/bin "$NODE"/var/lib/{kubelet,containerd,cni} "$NODE"/run/{containerd,multus} \
+    "$NODE"/var/log/pods
+  # Its own mount, shared: mounts made below it later (netns files, pod volumes) reach the
+  # containers that mount a folder of it with mountPropagation HostToContainer.
+  mount --bind "$CLUSTER_DIR" "$CLUSTER_DIR"
+  mount --make-rshared "$CLUSTER_DIR"
+  local s
+  for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$CLUSTER_DIR/sysctl.saved"
+  make_cgroups
+  make_network
+  make_pki
+  write_configs
+  cp "$CNI_PLUGINS_BIN"/* "$NODE/opt/cni/bin/"
+  cp "$GUARD_BIN" "$NODE/opt/cni/bin/cni-guard"
+  if [ "${CLUSTER_MULTUS:-1}" = 0 ] || [ "$LAYOUT" = before-fix ]; then
+    cp "$CLUSTER_DIR/05-cilium.conflist" "$NODE/etc/cni/net.d/"
+  else
+    cp "$CLUSTER_DIR/05-cilium.conflist" "$NODE/etc/cni/multus/net.d/"
+  fi
+
+  local p=$CLUSTER_DIR/pki
+  # No fsync: a throw-away test store on a disk shared with other builds.
+  start etcd "$ETCD_BIN/etcd" --name "$NODE_NAME" --data-dir "$CLUSTER_DIR/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster "$NODE_NAME=http://127.0.0.1:2380" --unsafe-no-fsync --log-level warn
+  start kube-apiserver "$KUBERNETES_BIN/kube-apiserver" \
+    --etcd-servers=http://127.0.0.1:2379 \
+    --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port=6443 \
+    --cert-dir="$CLUSTER_DIR/apiserver" \
+    --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+    --client-ca-file="$p/ca.crt" \
+    --kubelet-client-certificate="$p/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$p/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$p/ca.crt" \
+    --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --authorization-mode=Node,RBAC --allow-privileged=true \
+    --profiling=false
+  wait_for "the API server (logs/kube-apiserver.log)" apiserver_ready
+  start kube-controller-manager "$KUBERNETES_BIN/kube-controller-manager" \
+    --kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --service-account-private-key-file="$p/sa.key" --root-ca-file="$p/ca.crt" \
+    --use-service-account-credentials=true --leader-elect=false \
+    --bind-address=127.0.0.1 --cert-dir="$CLUSTER_DIR/controller-manager" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --profiling=false
+  start kube-scheduler "$KUBERNETES_BIN/kube-scheduler" \
+    --kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1 --profiling=false
+
+  make_images
+  # containerd finds its shim in PATH: its own, not Debian's 1.6 shim in /usr/bin (that one
+  # fails with "start failed: io.containerd.runc.v2: type with url <id>: not found").
+  start containerd env PATH="$CONTAINERD2_BIN:$PATH" "$CONTAINERD2_BIN/containerd" \
+    --config "$NODE/etc/containerd/config.toml"
+  wait_for "containerd (logs/containerd.log)" ctr version
+  import_images
+  start kubelet "$KUBERNETES_BIN/kubelet" --config="$NODE/etc/kubernetes/kubelet.yaml" \
+    --kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --root-dir="$NODE/var/lib/kubelet" \
+    --cert-dir="$NODE/var/lib/kubelet/pki" --hostname-override="$NODE_NAME" \
+    --node-ip="$NODE_IP" --v=2
+  wait_for "node $NODE_NAME to register (logs/kubelet.log)" kubectl get node "$NODE_NAME"
+  restore_sysctls
+
+  if [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
+    say "deploying Multus $MULTUS_VERSION and the NetworkAttachmentDefinition"
+    manifest multus.yaml | kubectl apply -f - >/dev/null
+    wait_for "the NetworkAttachmentDefinition CRD" kubectl get crd \
+      network-attachment-definitions.k8s.cni.cncf.io
+    kubectl wait --for=condition=Established --timeout=60s \
+      crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
+    manifest net1-nad.yaml | kubectl apply -f - >/dev/null
+    wait_for "Multus's 00-multus.conf" test -s "$NODE/etc/cni/net.d/00-multus.conf"
+    if [ "${CLUSTER_GUARD:-1}" != 0 ] && [ "$LAYOUT" != before-fix ]; then
+      say "deploying cni-guard (deploy/multus-cilium) in front of Multus"
+      guard_manifest | kubectl apply -f - >/dev/null
+      kubectl -n cni-guard rollout status daemonset/cni-guard --timeout="${TIMEOUT}s" >/dev/null
+      wait_for "the guard's 00-cni-guard.conflist" test -s "$NODE/etc/cni/net.d/00-cni-guard.conflist"
+    fi
+  fi
+  kubectl wait --for=condition=Ready --timeout="${TIMEOUT}s" "node/$NODE_NAME" >/dev/null ||
+    die "node $NODE_NAME is not Ready: $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')"
+  trap - EXIT INT TERM
+  say "up in $((SECONDS - t0))s: node $NODE_NAME Ready at $NODE_IP (API https://$NODE_IP:6443)"
+  echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+}
+
+restore_sysctls() {
+  [ -f "$CLUSTER_DIR/sysctl.saved" ] || return 0
+  local line
+  while read -r line; do
+    [ "$(sysctl -n "${line%%=*}")" = "${line#*=}" ] || sysctl -qw "$line" || true
+  done <"$CLUSTER_DIR/sysctl.saved"
+}
+
+keep_logs() { # the daemons' logs and the pods' (kubelet's podLogsDir)
+  [ -d "$CLUSTER_DIR/logs" ] || return 0
+  rm -rf "$LOGS_KEPT"
+  cp -r "$CLUSTER_DIR/logs" "$LOGS_KEPT"
+  if [ -d "$NODE/var/log/pods" ]; then cp -rL "$NODE/var/log/pods" "$LOGS_KEPT/pods" 2>/dev/null || true; fi
+}
+
+failed() {
+  local rc=$? f
+  trap - EXIT
+  say "up failed (exit $rc); the last lines of each log:"
+  for f in "$CLUSTER_DIR"/logs/*.log "$NODE"/var/log/pods/*/*/*.log; do
+    [ -f "$f" ] || continue
+    echo "--- ${f#"$CLUSTER_DIR"/}" >&2
+    tail -n 15 "$f" >&2
+  done
+  if apiserver_ready 2>/dev/null; then kubectl get pods -A -o wide >&2 || true; fi
+  if [ "${CLUSTER_KEEP_ON_FAILURE:-0}" = 1 ]; then
+    say "left as it is (CLUSTER_KEEP_ON_FAILURE=1): scripts/cluster.sh down removes it"
+    exit "$rc"
+  fi
+  down
+  exit "$rc"
+}
+
+down() {
+  local ids=() id d
+  if [ -n "$(pid_of kubelet)" ]; then stop kubelet 15; fi
+  if [ -n "$(pid_of containerd)" ]; then
+    # Pods go through CNI DEL while containerd still runs, kube-system's (Multus) last so that
+    # the others' DEL reaches it; the sandbox ids name libcni's cache.
+    mapfile -t ids < <({ crictl pods -q 2>/dev/null | grep -vxF -f <(crictl pods -q --namespace kube-system 2>/dev/null; echo -) || true
+      crictl pods -q --namespace kube-system 2>/dev/null || true; })
+    for id in "${ids[@]}"; do
+      crictl stopp "$id" >/dev/null 2>&1 || say "stopping sandbox $id failed"
+      crictl rmp -f "$id" >/dev/null 2>&1 || say "removing sandbox $id failed"
+    done
+    stop containerd 15
+  fi
+  for d in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
+  kill_cgroup
+  remove_cgroups
+  remove_network
+  unmount_all
+  restore_sysctls
+  # What kubelet and libcni write outside the folder they are given.
+  for id in "${ids[@]}"; do rm -f /var/lib/cni/results/*-"$id"-*; done
+  for d in /var/log/containers/*.log; do
+    [ -L "$d" ] && case "$(readlink "$d")" in "$NODE"/*) rm -f "$d" ;; esac
+  done
+  keep_logs
+  if [ -z "$(mounts_below)" ]; then rm -rf "$CLUSTER_DIR"; fi
+  say "down (logs kept in $LOGS_KEPT)"
+}
+
+status() {
+  local d pid
+  for d in "${DAEMONS[@]}"; do
+    pid=$(pid_of "$d")
+    if [ -n "$pid" ]; then printf '%-24s running (pid %s)\n' "$d" "$pid"
+    else printf '%-24s not running\n' "$d"; fi
+  done
+  [ -e "$NETNS_PATH" ] && echo "network namespace $NETNS_PATH" || echo "no network namespace"
+  if apiserver_ready 2>/dev/null; then
+    echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+    kubectl get nodes -o wide
+    kubectl get pods -A -o wide
+  else
+    echo "the API server does not answer"
+    return 1
+  fi
+}
+
+case "${1:-}" in
+  up | down | status) [ "$(id -u)" = 0 ] || die "needs root" ;;
+esac
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  manifest) if [ "$2" = guard ]; then guard_manifest; else manifest "$2"; fi ;;
+  *) sed -n '2,10p' "$0" >&2; exit 2 ;;
+esac

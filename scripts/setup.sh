@@ -393,3 +393,6 @@ say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --versio
 say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"
+
+# --- Helm and promtool (the chart's and the metrics' tests), pinned and cached the same way ---
+bash scripts/setup-helm.sh

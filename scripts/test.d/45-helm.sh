@@ -268,6 +268,8 @@ def values(name):
     return v
 
 # --- 2. the chart renders what kustomize renders ---------------------------------------------
+# keep's metrics flags: the address, and the host root and plugin path its cni_guard_ready uses.
+KEEP_METRICS_FLAGS = ("--metrics-address=", "--host-root=", "--cni-path=")
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
                "app.kubernetes.io/version"}
 def normalise(doc):
@@ -294,7 +296,7 @@ def normalise(doc):
         for v in spec.get("volumes", []):
             v["name"] = "host:" + v["hostPath"]["path"]
         for c in spec.get("initContainers", []) + spec["containers"]:
-            c["args"] = [a for a in c.get("args", []) if not a.startswith("--metrics-address=")]
+            c["args"] = [a for a in c.get("args", []) if not a.startswith(KEEP_METRICS_FLAGS)]
             c["ports"] = [p for p in c.get("ports", []) if p.get("name") != "metrics"]
             if not c["ports"]:
                 del c["ports"]
@@ -304,6 +306,9 @@ def normalise(doc):
                 del c["imagePullPolicy"]
             for m in c.get("volumeMounts", []):
                 m["name"] = "host:" + byname[m["name"]]
+                # With metrics on, keep writes the events file into the cache dir.
+                if m["name"].endswith("/cni-guard") and m.get("readOnly") is False:
+                    m["readOnly"] = True
     return doc
 
 def key(doc):
@@ -338,7 +343,7 @@ for name in names + ["base"]:
     check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{name}: verbs")
     inst = [f for f in flags(install["args"][1:]) if f[0] != "--bin-dir"]
     metrics = [f for f in flags(keep["args"][1:]) if f[0] == "--metrics-address"]
-    kept = [f for f in flags(keep["args"][1:]) if f[0] != "--metrics-address"]
+    kept = [f for f in flags(keep["args"][1:]) if not (f[0] + "=").startswith(KEEP_METRICS_FLAGS)]
     check(inst == kept, f"{name}: install and keep must write the same conflist:\n{inst}\n{kept}")
     check(flags(install["args"][1:2]) == [("--bin-dir", "/host" + v["binDir"])], f"{name}: --bin-dir")
     kf = dict(kept)

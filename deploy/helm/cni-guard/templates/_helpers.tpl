@@ -108,6 +108,8 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- end }}
 {{- if and (eq .verb "keep") $v.metrics.enabled }}
 {{- $args = append $args (printf "--metrics-address=%s" (include "cni-guard.metricsAddress" .root)) }}
+{{- $args = append $args "--host-root=/host" }}
+{{- $args = append $args (printf "--cni-path=%s" $v.binDir) }}
 {{- end }}
 {{- toYaml $args }}
 {{- end }}

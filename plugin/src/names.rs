@@ -87,7 +87,8 @@ fn plain(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-fn truncate(s: &str, max: usize) -> &str {
+/// `s` cut to at most `max` characters, for quoting a value in a message.
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
         None => s,

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Kind, Result};
 use crate::names;
+use crate::names::truncate;
 
 /// Upper bound on stdin. A guard config with a GC attachment list for thousands of pods is well
 /// under a megabyte; anything this large is an error, not something to buffer.
@@ -182,13 +183,6 @@ pub fn read_stdin(mut input: impl Read) -> Result<Vec<u8>> {
         ));
     }
     Ok(buf)
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
 }
 
 #[cfg(test)]

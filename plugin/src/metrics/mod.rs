@@ -380,6 +380,13 @@ mod tests {
         assert_eq!(value(&t, "cni_guard_events_malformed_total"), 2.0);
     }
 
+    fn add_execs(c: &Collector) -> f64 {
+        value(
+            &c.render(Instant::now()),
+            r#"cni_guard_decisions_total{verb="add",decision="exec"}"#,
+        )
+    }
+
     #[test]
     fn rotates_a_large_file_without_losing_lines_and_puts_back_a_removed_one() {
         let d = tempfile::tempdir().unwrap();
@@ -402,27 +409,13 @@ mod tests {
             .unwrap();
         assert!(events::append(d.path(), &line));
         c.drain().unwrap();
-        let t = c.render(Instant::now());
-        assert_eq!(
-            value(
-                &t,
-                r#"cni_guard_decisions_total{verb="add",decision="exec"}"#
-            ),
-            (n + 2) as f64
-        );
+        assert_eq!(add_execs(&c), (n + 2) as f64);
         // Removed: put back, and appends go on counting.
         std::fs::remove_file(d.path().join(events::FILE)).unwrap();
         c.drain().unwrap();
         assert!(events::append(d.path(), &line));
         c.drain().unwrap();
-        let t = c.render(Instant::now());
-        assert_eq!(
-            value(
-                &t,
-                r#"cni_guard_decisions_total{verb="add",decision="exec"}"#
-            ),
-            (n + 3) as f64
-        );
+        assert_eq!(add_execs(&c), (n + 3) as f64);
     }
 
     #[test]

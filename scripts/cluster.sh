@@ -61,6 +61,10 @@ case "$LAYOUT" in
   before-fix) AUTOCONFIG_DIR=/host/etc/cni/net.d ;;
   *) echo "cluster: CLUSTER_LAYOUT is seed or before-fix, not $LAYOUT" >&2; exit 2 ;;
 esac
+# The guard: on by default in the seed's layout, off by default before the fix (the incident
+# itself); CLUSTER_GUARD=1 with before-fix puts it in front there too, its attachment then being
+# 05-cilium.conflist in the conf dir (conformance/k8s/churn.sh).
+if [ "$LAYOUT" = before-fix ]; then GUARD=${CLUSTER_GUARD:-0}; else GUARD=${CLUSTER_GUARD:-1}; fi
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
@@ -493,7 +497,10 @@ manifest() {
 guard_manifest() {
   kubectl kustomize "$REPO/deploy/multus-cilium" | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
     -e "s#/opt/cni/bin#$NODE/opt/cni/bin#g" -e "s#/var/lib/cni/cni-guard#$NODE/var/lib/cni/cni-guard#g" \
-    -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#"
+    -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#" |
+    if [ "$LAYOUT" = before-fix ]; then
+      sed -e "s#--attachment=$NODE/etc/cni/multus/net.d/#--attachment=$NODE/etc/cni/net.d/#"
+    else cat; fi
 }
 
 # --- up / down / status ------------------------------------------------------------------------
@@ -620,7 +627,7 @@ up() {
       crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
     manifest net1-nad.yaml | kubectl apply -f - >/dev/null
     wait_for "Multus's 00-multus.conf" test -s "$NODE/etc/cni/net.d/00-multus.conf"
-    if [ "${CLUSTER_GUARD:-1}" != 0 ] && [ "$LAYOUT" != before-fix ]; then
+    if [ "$GUARD" != 0 ]; then
       say "deploying cni-guard (deploy/multus-cilium) in front of Multus"
       guard_manifest | kubectl apply -f - >/dev/null
       kubectl -n cni-guard rollout status daemonset/cni-guard --timeout="${TIMEOUT}s" >/dev/null

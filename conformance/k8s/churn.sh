@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The seed's incident under churn, on the real node of scripts/cluster.sh (issue 12):
+#
+#   conformance/k8s/churn.sh LAYOUT GUARD     LAYOUT original|seed-fix, GUARD on|off
+#
+#   original   00-multus.conf and 05-cilium.conflist both in the conf dir containerd reads
+#              (CLUSTER_LAYOUT=before-fix: the layout before the seed's fix)
+#   seed-fix   05-cilium.conflist in etc/cni/multus/net.d, Multus's autoconfig dir (the default)
+#   GUARD on   deploy/multus-cilium in front (in `original` its attachment is the conf dir's
+#              05-cilium.conflist); off: no guard
+#
+# Brings the node up in that layout (down first if it runs in another one), then: a Deployment
+# whose pods ask for net1 (k8s.v1.cni.cncf.io/networks: macvlan-net1) is scaled up and down and
+# has pods deleted while the Multus DaemonSet pod is deleted $CHURN_RESTARTS times (SIGTERM: the
+# daemon removes 00-multus.conf). Every pod seen Running is classified once: full (network-status
+# and `ip addr` inside both show eth0 and net1) or bare (Running without net1). Prints
+#
+#   incident-summary kubernetes=.. containerd=.. multus=.. layout=.. guard=.. pods=N full=F
+#     bare=B teardown_failures=T notready_s=X recovery_s=Y
+#
+#   teardown_failures  churn pods whose sandbox teardown failed (kubelet's log during the run:
+#                      KillPodSandbox / StopPodSandbox / "failed to destroy network"; events
+#                      FailedKillPod)
+#   notready_s         seconds the node reported Ready other than True (polled each second)
+#   recovery_s         from Multus back (the last restart) to every pod Running with net1;
+#                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s (a bare
+#                      pod stays bare: only replacing it helps)
+#
+# Leaves the cluster up (scripts/cluster.sh down removes it); removes its Deployment.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/versions.sh
+. scripts/versions.sh
+
+LAYOUT=${1:-}
+GUARD=${2:-}
+case "$LAYOUT" in
+  original) CL=before-fix ;;
+  seed-fix) CL=seed ;;
+  *) echo "usage: $0 original|seed-fix on|off" >&2; exit 2 ;;
+esac
+case "$GUARD" in on) CG=1 ;; off) CG=0 ;; *) echo "usage: $0 original|seed-fix on|off" >&2; exit 2 ;; esac
+RESTARTS=${CHURN_RESTARTS:-3}
+PODS_MAX=${CHURN_PODS:-20}
+PODS_LOW=$((PODS_MAX * 3 / 5))
+RECOVERY_TIMEOUT=${CHURN_RECOVERY_TIMEOUT:-90}
+
+CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
+NODE=$CLUSTER_DIR/node
+export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
+K=$KUBERNETES_BIN/kubectl
+NODE_NAME=cni-guard-node
+CONF=$NODE/etc/cni/net.d/00-multus.conf
+
+say() { echo "k8s churn: $*" >&2; }
+fail() { echo "k8s churn: FAIL: $*" >&2; exit 1; }
+
+# --- the node in the asked layout ----------------------------------------------------------------
+matches() {
+  scripts/cluster.sh status >/dev/null 2>&1 || return 1
+  local orig=0 g=0
+  [ -e "$NODE/etc/cni/net.d/05-cilium.conflist" ] && orig=1
+  "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1 && g=1
+  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ]
+}
+t_up=$SECONDS
+if ! matches; then
+  scripts/cluster.sh down >/dev/null 2>&1 || true
+  CLUSTER_LAYOUT=$CL CLUSTER_GUARD=$CG scripts/cluster.sh up >/dev/null
+fi
+say "node up in layout=$LAYOUT guard=$GUARD ($((SECONDS - t_up))s)"
+
+W=$(mktemp -d /tmp/cni-guard-churn.XXXXXX)
+BG=()
+cleanup() {
+  local p
+  for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  "$K" -n kube-system patch daemonset kube-multus-ds --type=json \
+    -p '[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]' >/dev/null 2>&1 || true
+  "$K" delete deployment churn --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  "$K" delete pod -l app=churn --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1 || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+multus_ready() {
+  [ -s "$CONF" ] &&
+    [ "$("$K" -n kube-system get pod -l app=multus -o jsonpath='{range .items[*]}{.metadata.deletionTimestamp}{"|"}{.status.containerStatuses[0].ready}{"\n"}{end}' 2>/dev/null)" = "|true" ]
+}
+"$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s >/dev/null
+if [ "$GUARD" = on ]; then
+  "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=120s >/dev/null ||
+    fail "the guard is not Ready"
+fi
+
+k8s_version=$("$K" version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')
+ctrd_version=$("$K" get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')
+ctrd_version=${ctrd_version#containerd://}
+multus_image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.containers[0].image}')
+multus_version=${multus_image##*:}
+
+# --- observers -----------------------------------------------------------------------------------
+# The node's Ready condition, once a second: one line per second it was not True.
+(
+  while :; do
+    r=$("$K" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || echo unknown)
+    [ "$r" = True ] || echo "$(date +%s) $r" >>"$W/notready"
+    sleep 1
+  done
+) &
+BG+=($!)
+
+# classify: every churn pod Running (and not being deleted) gets one verdict, full or bare.
+classify() {
+  local name ts phase st addrs
+  while IFS='|' read -r name ts phase; do
+    [ -n "$name" ] && [ -z "$ts" ] && [ "$phase" = Running ] || continue
+    grep -q "^$name " "$W/class" 2>/dev/null && continue
+    addrs=$("$K" exec "$name" -- ip -o addr 2>/dev/null) || continue
+    st=$("$K" get pod "$name" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null || true)
+    if grep -q ' net1 .*inet ' <<<"$addrs" && grep -q ' eth0 .*inet ' <<<"$addrs" &&
+       python3 -c 'import json,sys; s={i.get("interface") for i in json.loads(sys.argv[1])}; sys.exit(not {"eth0","net1"} <= s)' "$st" 2>/dev/null; then
+      echo "$name full" >>"$W/class"
+    else
+      echo "$name bare" >>"$W/class"
+    fi
+  done < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null)
+}
+(while :; do classify; sleep 1; done) &
+BG+=($!)
+
+kubelet_log=$CLUSTER_DIR/logs/kubelet.log
+kubelet_from=$(($(stat -c %s "$kubelet_log") + 1))
+t_run=$SECONDS
+
+# --- the churn -----------------------------------------------------------------------------------
+"$K" apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: churn
+  namespace: default
+spec:
+  replicas: $PODS_LOW
+  selector:
+    matchLabels: {app: churn}
+  template:
+    metadata:
+      labels: {app: churn}
+      annotations:
+        k8s.v1.cni.cncf.io/networks: macvlan-net1
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: main
+          image: localhost/cni-guard-test/busybox:1
+          imagePullPolicy: Never
+          command: ["/bin/sleep", "3600"]
+EOF
+"$K" rollout status deployment/churn --timeout=120s >/dev/null || fail "the Deployment did not come up before the churn"
+
+delete_some() { # N: deletes N random churn pods, not waiting
+  local names
+  mapfile -t names < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | shuf -n "$1")
+  [ ${#names[@]} -eq 0 ] || "$K" delete pod --wait=false "${names[@]}" >/dev/null 2>&1 || true
+}
+
+t_back=
+for ((i = 1; i <= RESTARTS; i++)); do
+  "$K" -n kube-system delete pod -l app=multus --wait=false >/dev/null
+  for _ in $(seq 60); do [ -e "$CONF" ] || break; sleep 0.2; done
+  [ -e "$CONF" ] && say "restart $i: 00-multus.conf still there after 12s" ||
+    say "restart $i: Multus stopped, 00-multus.conf gone"
+  # In the window: new pods (scale up) and pods torn down (deletions).
+  "$K" scale deployment churn --replicas="$PODS_MAX" >/dev/null
+  delete_some 3
+  for _ in $(seq 180); do multus_ready && break; sleep 1; done
+  multus_ready || fail "Multus did not come back after restart $i"
+  t_back=$SECONDS
+  say "restart $i: Multus back after $((SECONDS - t_run))s of the run"
+  if [ "$i" -lt "$RESTARTS" ]; then
+    sleep 8
+    "$K" scale deployment churn --replicas="$PODS_LOW" >/dev/null
+    delete_some 2
+    sleep 4
+  fi
+done
+
+# --- recovery ------------------------------------------------------------------------------------
+# From here only this loop classifies (one writer: one verdict a pod).
+kill "${BG[1]}" 2>/dev/null || true
+wait "${BG[1]}" 2>/dev/null || true
+"$K" scale deployment churn --replicas="$PODS_MAX" >/dev/null
+recovery=never
+while ((SECONDS - t_back < RECOVERY_TIMEOUT)); do
+  classify
+  mapfile -t live < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' | awk -F'|' '$2 == ""')
+  n_run=0 n_full=0
+  for l in "${live[@]}"; do
+    IFS='|' read -r name _ phase <<<"$l"
+    [ "$phase" = Running ] || continue
+    n_run=$((n_run + 1))
+    grep -q "^$name full$" "$W/class" 2>/dev/null && n_full=$((n_full + 1))
+  done
+  if [ "${#live[@]}" -eq "$PODS_MAX" ] && [ "$n_run" -eq "$PODS_MAX" ] && [ "$n_full" -eq "$PODS_MAX" ]; then
+    recovery=$((SECONDS - t_back))
+    break
+  fi
+  sleep 1
+done
+classify
+
+# --- the numbers ---------------------------------------------------------------------------------
+for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
+BG=()
+touch "$W/class" "$W/notready"
+awk '!seen[$1]++' "$W/class" >"$W/verdicts" # the first verdict of each pod
+pods=$(wc -l <"$W/verdicts")
+full=$(grep -c ' full$' "$W/verdicts" || true)
+bare=$(grep -c ' bare$' "$W/verdicts" || true)
+notready=$(wc -l <"$W/notready")
+{
+  tail -c +"$kubelet_from" "$kubelet_log" |
+    grep -E 'KillPodSandbox|StopPodSandbox|failed to destroy network' | grep -oE 'default/churn-[a-z0-9]+-[a-z0-9]+' || true
+  "$K" get events --field-selector reason=FailedKillPod -o jsonpath='{range .items[*]}default/{.involvedObject.name}{"\n"}{end}' 2>/dev/null |
+    grep '^default/churn-' || true
+} | sort -u >"$W/teardown"
+teardown=$(wc -l <"$W/teardown")
+if [ "$teardown" -gt 0 ]; then
+  say "teardown failures: $(tr '\n' ' ' <"$W/teardown")"
+  tail -c +"$kubelet_from" "$kubelet_log" | grep -E 'KillPodSandbox|StopPodSandbox|failed to destroy network' |
+    head -n 2 | cut -c1-600 >&2 || true
+fi
+say "run took $((SECONDS - t_run))s (with the node's up: $((SECONDS - t_up))s)"
+echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery"

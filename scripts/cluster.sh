@@ -31,7 +31,8 @@
 # leave cni-guard out (by default deploy/multus-cilium runs in front of Multus), CLUSTER_TIMEOUT
 # (seconds each wait may take, default 180), CLUSTER_LAYOUT=before-fix for the layout the seed
 # fixed (05-cilium.conflist in the conf dir, Multus's autoconfig dir the conf dir, no guard: the
-# incident itself), CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
+# incident itself), CLUSTER_MULTUS_MASTER (Multus's multusMasterCNI; see MASTER_CNI below),
+# CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
 # running for a look (`down` still removes it). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +66,16 @@ esac
 # itself); CLUSTER_GUARD=1 with before-fix puts it in front there too, its attachment then being
 # 05-cilium.conflist in the conf dir (conformance/k8s/churn.sh).
 if [ "$LAYOUT" = before-fix ]; then GUARD=${CLUSTER_GUARD:-0}; else GUARD=${CLUSTER_GUARD:-1}; fi
+# Multus's multusMasterCNI: empty is auto (the first .conf/.conflist of the autoconfig dir not
+# named 00-multus*). With the guard in the autoconfig dir (before-fix) that first file is
+# 00-cni-guard.conflist, so there it is pinned to 05-cilium.conflist, as the guide says.
+# CLUSTER_MULTUS_MASTER=auto keeps auto anyway (to see what the guard says of that).
+if [ "$LAYOUT" = before-fix ] && [ "$GUARD" = 1 ]; then MASTER_CNI=05-cilium.conflist; else MASTER_CNI=; fi
+case "${CLUSTER_MULTUS_MASTER:-}" in
+  "") ;;
+  auto) MASTER_CNI= ;;
+  *) MASTER_CNI=$CLUSTER_MULTUS_MASTER ;;
+esac
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
@@ -486,7 +497,7 @@ EOF
 manifest() {
   sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
-    -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" \
+    -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" -e "s|@MASTER_CNI@|$MASTER_CNI|g" \
     -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1"
 }
 

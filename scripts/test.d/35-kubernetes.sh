@@ -67,14 +67,37 @@ CLUSTER_LAYOUT=before-fix scripts/cluster.sh up
 conformance/k8s/incident.sh
 
 # The incident under churn (conformance/k8s/churn.sh): one incident-summary line per layout and
-# guard, each run bringing the node up in its layout. Off by default (about 3 min a run); only
-# prints, asserts nothing yet: with the guard in the original layout, Multus's auto-config (its
-# autoconfig dir is the conf dir) elects 00-cni-guard.conflist as clusterNetwork after its first
-# restart, and no new pod gets a network (recovery_s=never).
-if [ "${CNI_GUARD_K8S_CHURN:-0}" = 1 ]; then
+# guard, each run bringing the node up in its layout (about 80 s a run). What each line must show:
+#   original off   the incident: bare > 0
+#   seed-fix off   the seed's fix alone: bare = 0 (what it costs, notready_s, is printed)
+#   both on        bare = 0, teardown_failures = 0, the node never NotReady, and every pod
+#                  Running with net1 after the last restart (recovery_s a number, not "never")
+# CNI_GUARD_K8S_CHURN=0 leaves them out (a quick local run); CI always runs them.
+field() { # LINE KEY -> the value of KEY=... in LINE
+  tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"
+}
+if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
+  summaries=()
   for run in "original off" "original on" "seed-fix off" "seed-fix on"; do
     # shellcheck disable=SC2086 # LAYOUT GUARD
-    conformance/k8s/churn.sh $run
+    line=$(conformance/k8s/churn.sh $run)
+    echo "$line"
+    summaries+=("$line")
+    pods=$(field "$line" pods) full=$(field "$line" full) bare=$(field "$line" bare)
+    td=$(field "$line" teardown_failures) nr=$(field "$line" notready_s) rec=$(field "$line" recovery_s)
+    if [ "$pods" -eq 0 ] || [ "$full" -eq 0 ]; then echo "35-kubernetes: FAIL: $run: no pod came up full" >&2; exit 1; fi
+    case "$run" in
+      "original off")
+        [ "$bare" -gt 0 ] || { echo "35-kubernetes: FAIL: original off: the incident did not happen (bare=0)" >&2; exit 1; } ;;
+      "seed-fix off")
+        [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; } ;;
+      *)
+        if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$nr" -ne 0 ] || [ "$rec" = never ]; then
+          echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 notready_s=0 and a recovery: $line" >&2
+          exit 1
+        fi ;;
+    esac
   done
+  printf '%s\n' "${summaries[@]}" >"${CNI_GUARD_K8S_SUMMARY:-/tmp/cni-guard-incident-summary.txt}"
 fi
 echo "35-kubernetes: passed in $((SECONDS - start))s"

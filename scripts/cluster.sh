@@ -6,7 +6,8 @@
 #                               mounts, cgroups and files; safe to run at any time, any number
 #   scripts/cluster.sh status   the processes, the node and every pod
 #   scripts/cluster.sh manifest FILE   conformance/k8s/manifests/FILE with this node's paths
-#                                      (FILE `guard`: deploy/multus-cilium for this node)
+#                                      (FILE `guard`: deploy/multus-cilium for this node;
+#                                      `guard-uninstall`: deploy/uninstall for this node)
 #
 # Everything runs in one network namespace, the node ($NETNS, address $NODE_IP; the host reaches
 # it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
@@ -505,8 +506,8 @@ manifest() {
 # /etc/cni/..., /opt/cni/bin and /var/lib/cni/cni-guard (hostPaths, the conflist's paths, and the
 # /host/... mount paths the probe reads with --host-root=/host) moves under $NODE; the image is
 # the imported one.
-guard_manifest() {
-  kubectl kustomize "$REPO/deploy/multus-cilium" | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
+guard_manifest() { # [KUSTOMIZATION: deploy/multus-cilium by default, or deploy/uninstall]
+  kubectl kustomize "$REPO/deploy/${1:-multus-cilium}" | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
     -e "s#/opt/cni/bin#$NODE/opt/cni/bin#g" -e "s#/var/lib/cni/cni-guard#$NODE/var/lib/cni/cni-guard#g" \
     -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#" |
     if [ "$LAYOUT" = before-fix ]; then
@@ -740,6 +741,11 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  manifest) if [ "$2" = guard ]; then guard_manifest; else manifest "$2"; fi ;;
-  *) sed -n '2,10p' "$0" >&2; exit 2 ;;
+  manifest)
+    case "${2:-}" in
+      guard) guard_manifest ;;
+      guard-uninstall) guard_manifest uninstall ;;
+      *) manifest "$2" ;;
+    esac ;;
+  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
 esac

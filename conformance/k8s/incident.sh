@@ -89,6 +89,21 @@ ok "the guard refused $POD's sandbox while 00-multus.conf was missing (pod Pendi
 "$K" -n cni-guard wait --for=condition=Ready=false pod -l app.kubernetes.io/name=cni-guard --timeout=40s >/dev/null ||
   fail "the guard's pod stayed Ready without 00-multus.conf"
 ok "the guard's readiness probe reports the node unguarded"
+# What an operator sees during the outage, kept for the README's troubleshooting section.
+CAPTURE=${CNI_GUARD_K8S_CAPTURE:-/tmp/cni-guard-k8s-operator}
+mkdir -p "$CAPTURE"
+"$K" -n cni-guard get pods >"$CAPTURE/get-pods-outage.txt"
+"$K" describe pod "$POD" | sed -n '/^Events:/,$p' >"$CAPTURE/describe-events.txt"
+"$K" get pod "$POD" >"$CAPTURE/get-pod-outage.txt"
+"$K" -n cni-guard describe pod -l app.kubernetes.io/name=cni-guard | sed -n '/^Events:/,$p' >"$CAPTURE/guard-events.txt"
+for f in get-pods-outage get-pod-outage describe-events guard-events; do
+  echo "--- kubectl output during the outage: $f"
+  cat "$CAPTURE/$f.txt"
+done
+grep -Eq '^cni-guard-[a-z0-9]+ +0/1 +Running' "$CAPTURE/get-pods-outage.txt" ||
+  fail "kubectl get pods -n cni-guard does not show 0/1 Running during the outage"
+grep -q 'FailedCreatePodSandBox' "$CAPTURE/describe-events.txt" ||
+  fail "kubectl describe pod shows no FailedCreatePodSandBox event"
 
 # 3. Multus back.
 "$K" -n kube-system patch daemonset kube-multus-ds --type=json \
@@ -106,3 +121,6 @@ ok "after Multus came back, kubelet's retry gave $POD eth0 and net1"
 "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=60s >/dev/null ||
   fail "the guard's pod is not Ready again"
 ok "the guard's pod is Ready again"
+"$K" -n cni-guard get pods | tee "$CAPTURE/get-pods-after.txt"
+grep -Eq '^cni-guard-[a-z0-9]+ +1/1 +Running' "$CAPTURE/get-pods-after.txt" ||
+  fail "kubectl get pods -n cni-guard does not show 1/1 Running after the outage"

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# A crashed Multus on the real node of scripts/cluster.sh (issue 12): the daemon is SIGKILLed, so
+# 00-multus.conf stays and its socket is dead. multus-shim then polls the socket for up to 60 s
+# before it fails (pkg/server/api: WaitUntilAPIReady), holding the sandbox's ADD that long.
+#
+#   conformance/k8s/crash.sh MODE      MODE: no-guard | guard | guard-socket
+#
+#   no-guard      the guard's DaemonSet removed: containerd runs 00-multus.conf itself
+#   guard         deploy/multus-cilium as it is
+#   guard-socket  the same with `--socket <node>/run/multus/multus.sock` (config key `sockets`)
+#                 on install and keep, and the socket's folder mounted for the readiness probe
+#
+# The daemon is killed with SIGKILL every 0.2 s for $CRASH_DEAD_S s (a crash-looping Multus:
+# kubelet restarts the container, it is killed again); 1 s in, a pod asking for net1 is created.
+# Prints one line:
+#   crash-summary mode=M dead_s=D multus_back_s=B first_event_s=E pod_ready_s=R net1=yes guard_notready_s=N event="..."
+#     multus_back_s  from the pod's creation to the daemon's socket accepting again, once the
+#                    killing stopped (kubelet's back-off decides when it restarts)
+#     first_event_s  from the pod's creation to its first FailedCreatePodSandBox event ("-": none)
+#     pod_ready_s    from the pod's creation to Ready
+#     guard_notready_s  seconds the guard's pod was seen not Ready ("-" without the guard)
+# Leaves the cluster as scripts/cluster.sh up made it (guard deployed, no socket).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/versions.sh
+. scripts/versions.sh
+
+MODE=${1:-}
+case "$MODE" in no-guard | guard | guard-socket) ;; *) echo "usage: $0 no-guard|guard|guard-socket" >&2; exit 2 ;; esac
+DEAD_S=${CRASH_DEAD_S:-20}
+CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
+NODE=$CLUSTER_DIR/node
+export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
+K=$KUBERNETES_BIN/kubectl
+SOCK=$NODE/run/multus/multus.sock
+POD=crash
+SEL='app.kubernetes.io/name=cni-guard'
+
+fail() { echo "k8s crash: FAIL: $*" >&2; exit 1; }
+say() { echo "k8s crash: $*" >&2; }
+now() { date +%s.%N; }
+since() { python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$1" "$2"; }
+accepts() { python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.settimeout(0.5); s.connect(sys.argv[1])' "$1" 2>/dev/null; }
+
+# The multus-daemon processes of this node (not of any other cluster on the machine).
+daemon_pids() {
+  local p
+  for p in $(pgrep -x multus-daemon || true); do
+    grep -q cni-guard-k8s "/proc/$p/cgroup" 2>/dev/null && echo "$p"
+  done
+}
+
+guard_ready() {
+  "$K" -n cni-guard wait --for=condition=Ready pod -l "$SEL" --timeout=120s >/dev/null
+}
+
+apply_mode() {
+  case "$1" in
+    no-guard)
+      scripts/cluster.sh manifest guard | "$K" delete -f - --wait=true --timeout=120s >/dev/null
+      for _ in $(seq 30); do [ -e "$NODE/etc/cni/net.d/00-cni-guard.conflist" ] || break; sleep 1; done
+      # Nothing deletes the guard's conflist on shutdown: take it out as the uninstall would.
+      rm -f "$NODE/etc/cni/net.d/00-cni-guard.conflist"
+      ;;
+    guard)
+      scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null
+      "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null
+      guard_ready
+      ;;
+    guard-socket)
+      scripts/cluster.sh manifest guard | python3 -c '
+import sys
+sock, dir = sys.argv[1], sys.argv[2]
+out = []
+for line in sys.stdin.read().split("\n"):
+    out.append(line)
+    s = line.strip()
+    # after each --delegate=... argument (install and keep): the socket
+    if s.startswith("- --delegate="):
+        out.append(line.split("-")[0] + "- --socket=" + sock)
+print("\n".join(out))
+' "$SOCK" "$(dirname "$SOCK")" | "$K" apply -f - >/dev/null
+      "$K" -n cni-guard patch daemonset cni-guard --type=json -p "[
+        {\"op\":\"add\",\"path\":\"/spec/template/spec/volumes/-\",\"value\":{\"name\":\"multus-run\",\"hostPath\":{\"path\":\"$(dirname "$SOCK")\"}}},
+        {\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/volumeMounts/-\",\"value\":{\"name\":\"multus-run\",\"mountPath\":\"/host$(dirname "$SOCK")\"}}]" >/dev/null
+      "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null
+      guard_ready
+      grep -q '"sockets"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" || fail "the guard's conflist names no socket"
+      ;;
+  esac
+}
+
+cleanup() {
+  local rc=$?
+  [ -z "${KILLER:-}" ] || kill "$KILLER" 2>/dev/null || true
+  [ -z "${WATCH:-}" ] || kill "$WATCH" 2>/dev/null || true
+  "$K" delete pod "$POD" --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true
+  apply_mode guard || rc=1
+  rm -rf "${W:-}"
+  exit "$rc"
+}
+W=$(mktemp -d /tmp/cni-guard-crash.XXXXXX)
+trap cleanup EXIT
+
+apply_mode "$MODE"
+# A fresh Multus pod: kubelet's restart back-off (10 s, doubled at each crash, up to 5 min) is
+# kept per pod, and each run starts from none.
+"$K" -n kube-system delete pod -l app=multus --wait=true --timeout=60s >/dev/null
+"$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s >/dev/null
+for _ in $(seq 60); do [ -s "$NODE/etc/cni/net.d/00-multus.conf" ] && accepts "$SOCK" && break; sleep 0.5; done
+[ "$MODE" = no-guard ] || guard_ready
+accepts "$SOCK" || fail "Multus's socket $SOCK does not accept connections before the crash"
+[ -n "$(daemon_pids)" ] || fail "no multus-daemon process of the node"
+
+# The guard's readiness, once a second.
+if [ "$MODE" != no-guard ]; then
+  (
+    while :; do
+      r=$("$K" -n cni-guard get pod -l "$SEL" -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+      [ "$r" = True ] || echo "$(date +%s) $r" >>"$W/guard-notready"
+      sleep 1
+    done
+  ) &
+  WATCH=$!
+fi
+
+# The crash: SIGKILL, again and again, for DEAD_S seconds.
+t_kill=$(now)
+(
+  end=$((SECONDS + DEAD_S))
+  while ((SECONDS < end)); do
+    for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
+    sleep 0.2
+  done
+) &
+KILLER=$!
+sleep 1
+[ -e "$NODE/etc/cni/net.d/00-multus.conf" ] || fail "00-multus.conf went with a SIGKILL"
+# kubelet restarts the container at once the first time: the socket is dead most of the time.
+dead=
+for _ in $(seq 20); do accepts "$SOCK" || { dead=1; break; }; sleep 0.1; done
+[ -n "$dead" ] || fail "Multus's socket kept accepting connections under SIGKILL"
+say "mode=$MODE: multus-daemon SIGKILLed; 00-multus.conf stays, its socket is dead"
+
+sed "s/name: with-net1/name: $POD/" <(scripts/cluster.sh manifest pod-net1.yaml) | "$K" apply -f - >/dev/null
+t_pod=$(now)
+uid=$("$K" get pod "$POD" -o jsonpath='{.metadata.uid}')
+first_event=- event= back=-
+ready=
+while [ -z "$ready" ]; do
+  if [ "$first_event" = - ]; then
+    m=$("$K" get events --field-selector "involvedObject.uid=$uid,reason=FailedCreatePodSandBox" \
+      -o jsonpath='{.items[0].message}' 2>/dev/null || true)
+    if [ -n "$m" ]; then first_event=$(since "$t_pod" "$(now)"); event=$m; fi
+  fi
+  if [ "$back" = - ] && ! kill -0 "$KILLER" 2>/dev/null && accepts "$SOCK"; then
+    back=$(since "$t_pod" "$(now)")
+  fi
+  if [ "$("$K" get pod "$POD" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; then
+    ready=$(since "$t_pod" "$(now)")
+  fi
+  python3 -c 'import sys; sys.exit(float(sys.argv[2]) - float(sys.argv[1]) < 240)' "$t_pod" "$(now)" &&
+    fail "pod $POD not Ready 240 s after it was made"
+  sleep 0.5
+done
+wait "$KILLER" 2>/dev/null || true
+KILLER=
+net1=no
+"$K" exec "$POD" -- ip -o addr | grep -q ' net1 .*inet ' && net1=yes
+[ "$net1" = yes ] || fail "pod $POD came up without net1 after the crash"
+notready=-
+if [ -n "${WATCH:-}" ]; then
+  kill "$WATCH" 2>/dev/null || true
+  WATCH=
+  notready=0
+  [ ! -f "$W/guard-notready" ] || notready=$(wc -l <"$W/guard-notready")
+fi
+say "dead for ${DEAD_S}s from $(date -d "@${t_kill%.*}" +%T)"
+event=${event#*plugin type=}
+echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready event=\"${event:0:300}\""

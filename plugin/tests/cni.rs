@@ -322,11 +322,12 @@ mod add {
         );
         assert!(msg.starts_with(&want), "{e}");
         assert!(fx.calls().is_empty(), "{:?}", fx.calls());
-        assert_eq!(fx.cache_files(), [events.clone()], "nothing recorded");
         assert_eq!(
-            std::fs::read_to_string(&events).unwrap(),
-            "add error -\n"
+            fx.cache_files(),
+            std::slice::from_ref(&events),
+            "nothing recorded"
         );
+        assert_eq!(std::fs::read_to_string(&events).unwrap(), "add error -\n");
 
         // STATUS says the same; DEL after the refusal has nothing to undo and succeeds.
         let e = fx

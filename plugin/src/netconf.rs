@@ -51,10 +51,15 @@ impl NetworkConfig {
             .map(|p| p.get("type").and_then(Value::as_str).unwrap_or(""))
     }
 
-    /// Reads and validates the file at `path`.
+    /// Reads and validates the file at `path`: refused as recursion when it names the guard, or
+    /// when its Multus `clusterNetwork` is a guard configuration in its own folder
+    /// ([`cluster_network_recursion`]).
     pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Error> {
         let (raw, mode) = read_regular(path)?;
         let mut conf = Self::from_bytes(path, raw, own_type)?;
+        if let Some(problem) = cluster_network_recursion(&conf, own_type) {
+            return Err(problem);
+        }
         conf.loosely_writable = mode & 0o022 != 0;
         Ok(conf)
     }
@@ -220,6 +225,43 @@ fn mentions_type(v: &Value, own_type: &str) -> bool {
         Value::Array(items) => items.iter().any(|c| mentions_type(c, own_type)),
         _ => false,
     }
+}
+
+/// Multus's election of the guard as its cluster network: a plugin of `conf` (for a `.conf`, its
+/// top level) whose string `clusterNetwork` has a base name that, in the folder holding `conf`,
+/// is a configuration naming the guard (the same test as [`mentions_type`]). Multus thick with
+/// `multusConfigFile: auto` and `multusAutoconfigDir` equal to containerd's conf dir writes
+/// `"clusterNetwork": "/host/etc/cni/net.d/00-cni-guard.conflist"` once the guard's file sorts
+/// first: it would run the guard for the primary network, from inside its own container, forever.
+///
+/// Only the base name counts: Multus sees the conf dir through its own mount (`/host/...`),
+/// while the guard sees it where the delegate is. Anything else (not a string, no base name,
+/// nothing readable there, not JSON, no guard in it) is not recursion; it is never waited for.
+/// The file is read as the delegate is, bounded and without blocking.
+fn cluster_network_recursion(conf: &NetworkConfig, own_type: &str) -> Option<Error> {
+    let dir = conf.path.parent()?;
+    conf.plugins.iter().find_map(|plugin| {
+        let Some(Value::String(named)) = plugin.get("clusterNetwork") else {
+            return None;
+        };
+        let base = Path::new(named).file_name()?;
+        // The delegate itself was tested when it loaded.
+        if Some(base) == conf.path.file_name() {
+            return None;
+        }
+        let target = dir.join(base);
+        let (raw, _) = read_regular(&target).ok()?;
+        let value: Value = serde_json::from_slice(&raw).ok()?;
+        mentions_type(&value, own_type).then(|| {
+            Error::new(
+                Kind::Misconfigured,
+                format!(
+                    "has Multus's clusterNetwork {named:?}, which is a {own_type} configuration ({}): Multus would run the guard for the primary network; pin \"multusMasterCNI\" in Multus's daemon config to the primary network's file, or point multusAutoconfigDir at a folder without the guard's file",
+                    target.display()
+                ),
+            )
+        })
+    })
 }
 
 /// Opens without blocking or following into devices, checks it is a regular file, reads it.
@@ -404,6 +446,127 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        // Multus thin's inline delegate object, of the guard's type itself.
+        let p = load(
+            "00-multus.conf",
+            r#"{"cniVersion":"0.3.1","name":"m","type":"multus","delegates":[{"cniVersion":"0.3.1","name":"g","type":"cni-guard"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+    }
+
+    /// The guard's conflist as `cni-guard install` writes it, and Multus's auto-generated
+    /// `00-multus.conf` with `clusterNetwork` as given (a JSON value), in one folder.
+    struct MultusDir {
+        dir: tempfile::TempDir,
+    }
+
+    const GUARD_LIST: &str = r#"{"cniVersion":"1.0.0","name":"cni-guard","plugins":[{"type":"cni-guard","delegate":"/etc/cni/net.d/00-multus.conf"}]}"#;
+
+    impl MultusDir {
+        fn new() -> MultusDir {
+            let d = MultusDir {
+                dir: tempfile::tempdir().unwrap(),
+            };
+            d.write("00-cni-guard.conflist", GUARD_LIST);
+            d.write(
+                "05-cilium.conflist",
+                r#"{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}"#,
+            );
+            d
+        }
+        fn write(&self, name: &str, body: &str) -> PathBuf {
+            let p = self.dir.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            p
+        }
+        fn multus(&self, cluster_network: Value) -> Result<NetworkConfig, Error> {
+            let body = serde_json::json!({"cniVersion":"1.0.0","name":"multus-cni-network",
+                "clusterNetwork": cluster_network, "type":"multus-shim","logToStderr":true,
+                "daemonSocketDir":"/run/multus"});
+            let p = self.write("00-multus.conf", &body.to_string());
+            NetworkConfig::load(&p, "cni-guard")
+        }
+    }
+
+    #[test]
+    fn cluster_network_naming_a_guard_file_is_recursion() {
+        let d = MultusDir::new();
+        let guard_file = d.dir.path().join("00-cni-guard.conflist");
+        // As Multus writes it from inside its pod, and as a bare file name.
+        for named in [
+            "/host/etc/cni/net.d/00-cni-guard.conflist",
+            "00-cni-guard.conflist",
+        ] {
+            let p = d.multus(Value::from(named)).unwrap_err();
+            assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+            let want = format!(
+                "has Multus's clusterNetwork {named:?}, which is a cni-guard configuration ({}): Multus would run the guard for the primary network; pin \"multusMasterCNI\"",
+                guard_file.display()
+            );
+            assert!(p.msg().starts_with(&want), "{}", p.msg());
+        }
+        // A .conflist delegate with Multus as one of its plugins; and as an attachment (the
+        // same load).
+        let list = d.write(
+            "00-multus.conflist",
+            r#"{"cniVersion":"1.0.0","name":"m","plugins":[{"type":"multus-shim","clusterNetwork":"/host/etc/cni/net.d/00-cni-guard.conflist"}]}"#,
+        );
+        let p = NetworkConfig::load(&list, "cni-guard").unwrap_err();
+        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        // The guard under another type name: the type it was run as counts.
+        d.write(
+            "00-cni-guard.conflist",
+            r#"{"cniVersion":"1.0.0","name":"g","plugins":[{"type":"guard-2"}]}"#,
+        );
+        let p = NetworkConfig::load(&list, "guard-2").unwrap_err();
+        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        assert!(NetworkConfig::load(&list, "cni-guard").is_ok());
+    }
+
+    #[test]
+    fn cluster_network_naming_anything_else_is_not_recursion() {
+        let d = MultusDir::new();
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = other.path().join("01-guard-elsewhere.conflist");
+        std::fs::write(&elsewhere, GUARD_LIST).unwrap();
+        nix::unistd::mkfifo(
+            &d.dir.path().join("fifo.conflist"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::fs::create_dir(d.dir.path().join("sub.conflist")).unwrap();
+        d.write(
+            "half.conflist",
+            r#"{"cniVersion":"1.0.0","plugins":[{"type":"cni-gu"#,
+        );
+        for named in [
+            // The primary network, as pinned with multusMasterCNI.
+            Value::from("/host/etc/cni/net.d/05-cilium.conflist"),
+            Value::from("05-cilium.conflist"),
+            // A network name, no file.
+            Value::from("cilium"),
+            // Missing.
+            Value::from("/host/etc/cni/net.d/07-gone.conflist"),
+            // A guard file, but in another folder, and no file of that name here.
+            Value::from(elsewhere.to_str().unwrap()),
+            // Not a string.
+            serde_json::json!(7),
+            serde_json::json!(null),
+            serde_json::json!(["00-cni-guard.conflist"]),
+            serde_json::json!({"path": "00-cni-guard.conflist"}),
+            // Nothing with a base name, the delegate itself, nothing readable as a config.
+            Value::from(""),
+            Value::from("/"),
+            Value::from(".."),
+            Value::from("00-multus.conf"),
+            Value::from("fifo.conflist"),
+            Value::from("sub.conflist"),
+            Value::from("half.conflist"),
+        ] {
+            let conf = d.multus(named.clone());
+            assert!(conf.is_ok(), "{named}: {:?}", conf.unwrap_err());
+        }
     }
 
     #[test]

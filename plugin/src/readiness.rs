@@ -394,6 +394,66 @@ mod tests {
         assert!(e.msg().contains("misconfigured"), "{}", e.msg());
     }
 
+    /// Multus's auto-config elected the guard's own file as its cluster network.
+    #[test]
+    fn cluster_network_naming_the_guard_is_recursion_code_7() {
+        let f = Fixture::new();
+        f.plugin("multus-shim");
+        f.plugin("cilium-cni");
+        let guard = f.file(
+            "00-cni-guard.conflist",
+            r#"{"cniVersion":"1.0.0","name":"cni-guard","plugins":[{"type":"cni-guard"}]}"#,
+        );
+        let multus = |cluster_network: serde_json::Value| {
+            let body = serde_json::json!({"cniVersion":"1.0.0","name":"multus-cni-network",
+                "clusterNetwork": cluster_network, "type":"multus-shim"});
+            f.file("00-multus.conf", &body.to_string())
+        };
+        let a = f.file(
+            "05-cilium.conflist",
+            r#"{"cniVersion":"0.3.1","name":"c","plugins":[{"type":"cilium-cni"}]}"#,
+        );
+        let d = multus("/host/etc/cni/net.d/00-cni-guard.conflist".into());
+        let r = check(&f.config(&d, &[&a]), &[f.bin()]);
+        assert_eq!(r.reason_tag(), Some("recursion"));
+        let e = r.error().unwrap();
+        assert_eq!(*e.kind(), Kind::Misconfigured);
+        assert_eq!(e.code(crate::request::Command::Add), 7);
+        assert_eq!(e.code(crate::request::Command::Status), 7);
+        let want = format!(
+            "cni-guard is misconfigured: delegate {} has Multus's clusterNetwork \"/host/etc/cni/net.d/00-cni-guard.conflist\", which is a cni-guard configuration ({}): ",
+            d.display(),
+            guard.display()
+        );
+        assert!(e.msg().starts_with(&want), "{}", e.msg());
+        assert!(e.msg().contains("multusMasterCNI"), "{}", e.msg());
+        // Nothing to wait for: the refusal is at once, whatever waitSeconds says.
+        assert!(r.failures().any(Item::fatal));
+
+        // The same Multus file as an attachment.
+        let plain = f.file(
+            "01-plain.conf",
+            r#"{"cniVersion":"1.0.0","name":"p","type":"cilium-cni"}"#,
+        );
+        let r = check(&f.config(&plain, &[&d]), &[f.bin()]);
+        assert_eq!(r.reason_tag(), Some("recursion"));
+
+        // Pinned to the primary network, missing, not a string, or in another folder: ready.
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = other.path().join("00-guard-elsewhere.conflist");
+        std::fs::copy(&guard, &elsewhere).unwrap();
+        for named in [
+            serde_json::json!("/host/etc/cni/net.d/05-cilium.conflist"),
+            serde_json::json!("/host/etc/cni/net.d/07-gone.conflist"),
+            serde_json::json!(false),
+            serde_json::json!(elsewhere),
+        ] {
+            let d = multus(named.clone());
+            let r = check(&f.config(&d, &[&a]), &[f.bin()]);
+            assert!(r.ready(), "{named}: {:?}", r.error());
+        }
+    }
+
     #[test]
     fn strict_mode_refuses_writable_files() {
         let f = Fixture::new();

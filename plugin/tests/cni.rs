@@ -286,6 +286,76 @@ mod add {
         assert!(fx.calls().is_empty());
     }
 
+    /// Multus thick with `multusConfigFile: auto` and its auto-config folder equal to the conf
+    /// dir elected the guard's own file as its cluster network after a restart: refused at once
+    /// as recursion (code 7) naming clusterNetwork, nothing run, nothing recorded.
+    #[test]
+    fn refuses_a_multus_cluster_network_that_is_the_guard_with_code_7() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        let guard_file = fx.file(
+            "net.d/00-cni-guard.conflist",
+            &json!({"cniVersion":"1.0.0","name":"cni-guard","plugins":[
+                {"type":"cni-guard","delegate": fx.delegate_path()}]}),
+        );
+        fx.file(
+            "net.d/00-multus.conf",
+            &json!({"cniVersion":"1.0.0","name":"multus-cni-network",
+                "clusterNetwork":"/host/etc/cni/net.d/00-cni-guard.conflist",
+                "type":"multus-shim","logToStderr":true,"daemonSocketDir":"/run/multus"}),
+        );
+        // The events file `keep` would own: counted as every recursion is, a code-7 `error`
+        // (`cni_guard_refusals_total` counts codes 11 and 50 only).
+        std::fs::create_dir(fx.cache()).unwrap();
+        let events = fx.cache().join(".metrics-events");
+        std::fs::write(&events, "").unwrap();
+
+        let start = Instant::now();
+        let conf = fx.guard("1.1.0", json!({"waitSeconds": 30}));
+        let e = fx.run("ADD", &conf).error(7);
+        assert!(start.elapsed() < Duration::from_secs(30), "waited");
+        let msg = e["msg"].as_str().unwrap();
+        let want = format!(
+            "cni-guard is misconfigured: delegate {} has Multus's clusterNetwork \"/host/etc/cni/net.d/00-cni-guard.conflist\", which is a cni-guard configuration ({}): Multus would run the guard for the primary network; pin \"multusMasterCNI\"",
+            fx.delegate_path().display(),
+            guard_file.display()
+        );
+        assert!(msg.starts_with(&want), "{e}");
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+        assert_eq!(
+            fx.cache_files(),
+            std::slice::from_ref(&events),
+            "nothing recorded"
+        );
+        assert_eq!(std::fs::read_to_string(&events).unwrap(), "add error -\n");
+
+        // STATUS says the same; DEL after the refusal has nothing to undo and succeeds.
+        let e = fx
+            .run_env(
+                "STATUS",
+                &conf,
+                &[
+                    ("CNI_CONTAINERID", None),
+                    ("CNI_IFNAME", None),
+                    ("CNI_NETNS", None),
+                ],
+            )
+            .error(7);
+        assert!(e["msg"].as_str().unwrap().contains("clusterNetwork"), "{e}");
+        fx.run("DEL", &conf).ok();
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+
+        // Pinned to the primary network (multusMasterCNI): ADD runs Multus.
+        fx.file(
+            "net.d/00-multus.conf",
+            &json!({"cniVersion":"1.0.0","name":"multus-cni-network",
+                "clusterNetwork":"/host/etc/cni/net.d/05-cilium.conflist","type":"multus-shim"}),
+        );
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.5/24"), 0);
+        fx.run("ADD", &conf).ok();
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+    }
+
     #[test]
     fn execs_a_same_version_delegate_and_returns_its_exact_result() {
         let fx = Fx::new();

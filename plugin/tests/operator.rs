@@ -793,6 +793,56 @@ mod check {
             .starts_with("not ready: ADD would be refused with CNI error 7 (misconfigured)"));
     }
 
+    /// Multus's auto-config in the conf dir elected the guard's file as its cluster network
+    /// (`/host/...`: the path inside the Multus pod).
+    #[test]
+    fn a_multus_cluster_network_that_is_the_guard_is_recursion_code_7() {
+        let host = Host::ready();
+        host.write(
+            DELEGATE,
+            r#"{"cniVersion":"1.0.0","name":"multus-cni-network","clusterNetwork":"/host/etc/cni/net.d/00-cni-guard.conflist","type":"multus-shim","logToStderr":true}"#,
+        );
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1), "{report}");
+        let reason = "has Multus's clusterNetwork \"/host/etc/cni/net.d/00-cni-guard.conflist\", which is a cni-guard configuration (/etc/cni/net.d/00-cni-guard.conflist): Multus would run the guard for the primary network; pin \"multusMasterCNI\" in Multus's daemon config to the primary network's file, or point multusAutoconfigDir at a folder without the guard's file";
+        let failing: Vec<&str> = report.lines().filter(|l| l.starts_with('✗')).collect();
+        assert_eq!(
+            failing,
+            [
+                format!("✗ delegate   /etc/cni/net.d/00-multus.conf: {reason}"),
+                format!("✗ recursion  /etc/cni/net.d/00-multus.conf: {reason}"),
+            ],
+            "{report}"
+        );
+        assert!(
+            !report.contains(host.root.to_str().unwrap()),
+            "host paths shown, not the pod's mount points:\n{report}"
+        );
+        assert_eq!(
+            report.lines().last().unwrap(),
+            format!("not ready: ADD would be refused with CNI error 7 (misconfigured): cni-guard is misconfigured: delegate /etc/cni/net.d/00-multus.conf {reason}")
+        );
+        let (_, out) = host.check(&["--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["code"], 7);
+        let item = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["check"] == "recursion")
+            .unwrap();
+        assert_eq!(item["ok"], false);
+        assert_eq!(item["reason"], reason);
+
+        // Pinned to the primary network's file: ready again.
+        host.write(
+            DELEGATE,
+            r#"{"cniVersion":"1.0.0","name":"multus-cni-network","clusterNetwork":"/host/etc/cni/multus/net.d/05-cilium.conflist","type":"multus-shim"}"#,
+        );
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(0), "{report}");
+    }
+
     #[test]
     fn a_config_sorting_before_the_guard_fails() {
         let host = Host::ready();

@@ -22,8 +22,9 @@ const HELP: &str = "\
 Usage: cni-guard check --config FILE [--host-root DIR] [--cni-path DIRS] [--json]
 
 Says whether ADD would proceed now, one line per precondition: the delegate, each attachment,
-each plugin binary they name, recursion (a configuration that names cni-guard), and whether
-the guard's file is the first config in its conf dir. Exit 0 when ready, 1 when not.
+each plugin binary they name, recursion (a configuration that names cni-guard, or whose Multus
+clusterNetwork is a cni-guard configuration in its folder), and whether the guard's file is the
+first config in its conf dir. Exit 0 when ready, 1 when not.
 
   --config FILE      the guard's conflist, e.g. /etc/cni/net.d/00-cni-guard.conflist
   --host-root DIR    look up the host paths the conflist names under DIR (in a pod that
@@ -155,15 +156,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         }
     };
     // The same for paths inside messages and reasons written by the readiness checks.
-    let unroot = |text: String| -> String {
-        match root
-            .and_then(|r| r.to_str())
-            .map(|r| r.trim_end_matches('/'))
-        {
-            Some(r) if !r.is_empty() => text.replace(&format!("{r}/"), "/"),
-            _ => text,
-        }
-    };
+    let unroot = |text: String| -> String { unroot_text(&text, root) };
     let mut verdict = Verdict {
         ready: false,
         config: shown(config),
@@ -228,7 +221,8 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         });
     }
 
-    // Recursion: NetworkConfig::load refuses a file naming the guard as a fatal problem.
+    // Recursion: NetworkConfig::load refuses a file naming the guard, or whose Multus
+    // clusterNetwork is a guard configuration, as a fatal problem; its reason says which.
     let recursive = report
         .items
         .iter()
@@ -239,7 +233,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
             plugin_type: None,
             path: shown(&item.path),
             ok: false,
-            reason: format!("names {:?}: the guard would call itself", cfg.plugin_type),
+            reason: unroot(item.reason().to_owned()),
         },
         None => Line {
             check: "recursion",
@@ -284,6 +278,41 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         None => verdict.ready = true,
     }
     verdict
+}
+
+/// `text` with every path under `root` said as the host path (`/host/etc/...` as `/etc/...`
+/// for `--host-root=/host`): only where a path starts, never inside another path (`/var/host/`)
+/// or a quoted value, which is what a file says (Multus's clusterNetwork, written from inside its
+/// own pod, is `"/host/etc/cni/net.d/..."` on the host too).
+fn unroot_text(text: &str, root: Option<&Path>) -> String {
+    let Some(r) = root
+        .and_then(|r| r.to_str())
+        .map(|r| r.trim_end_matches('/'))
+        .filter(|r| !r.is_empty())
+    else {
+        return text.to_owned();
+    };
+    let needle = format!("{r}/");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&needle) {
+        let starts_path = rest[..at]
+            .chars()
+            .next_back()
+            .or_else(|| out.chars().next_back())
+            .map_or(true, |c| {
+                !(c == '"' || c.is_alphanumeric() || "/._-".contains(c))
+            });
+        out.push_str(&rest[..at]);
+        if starts_path {
+            out.push('/');
+        } else {
+            out.push_str(&needle);
+        }
+        rest = &rest[at + needle.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `Ok` when `config` is the first file containerd would consider in its folder; the error says
@@ -338,4 +367,34 @@ fn render(verdict: &Verdict) -> String {
     out.push_str(&summary);
     out.push('\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unroot_says_host_paths_but_leaves_quoted_values_and_other_paths_alone() {
+        let root = Some(Path::new("/host/"));
+        let cases = [
+            (
+                "delegate /host/etc/cni/net.d/00-multus.conf has Multus's clusterNetwork \"/host/etc/cni/net.d/00-cni-guard.conflist\", which is a cni-guard configuration (/host/etc/cni/net.d/00-cni-guard.conflist): ...",
+                "delegate /etc/cni/net.d/00-multus.conf has Multus's clusterNetwork \"/host/etc/cni/net.d/00-cni-guard.conflist\", which is a cni-guard configuration (/etc/cni/net.d/00-cni-guard.conflist): ...",
+            ),
+            (
+                "is not in CNI_PATH /host/opt/cni/bin:/host/usr/lib/cni",
+                "is not in CNI_PATH /opt/cni/bin:/usr/lib/cni",
+            ),
+            ("/host/etc/x", "/etc/x"),
+            ("/var/host/etc/x and /hostile/x", "/var/host/etc/x and /hostile/x"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(unroot_text(text, root), want);
+        }
+        assert_eq!(unroot_text("/host/etc/x", None), "/host/etc/x");
+        assert_eq!(
+            unroot_text("/host/etc/x", Some(Path::new("/"))),
+            "/host/etc/x"
+        );
+    }
 }

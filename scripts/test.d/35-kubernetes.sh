@@ -2,9 +2,12 @@
 # The one-node Kubernetes of scripts/cluster.sh (issue 12): up, the checks of
 # conformance/k8s/check.sh (a plain pod; a pod with Multus's net1; the guard in front) and
 # conformance/k8s/incident.sh (Multus stopped, a pod in the window is refused by the guard, then
-# gets eth0 + net1 once Multus is back); then, without the guard in the layout before the seed's
-# fix, the incident itself (the pod comes up without net1); then down, and nothing left behind
-# (processes, network namespace, mounts, cgroups, files).
+# gets eth0 + net1 once Multus is back; what an operator sees is captured), daemonset.sh (the
+# guard's DaemonSet: shutdown, install, keep, uninstall overlay) and crash.sh (a SIGKILLed Multus,
+# three ways); then, without the guard in the layout before the seed's fix, the incident itself
+# (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
+# refused naming it); then the incident under churn, four incident-summary lines (churn.sh);
+# then down, and nothing left behind (processes, network namespace, mounts, cgroups, files).
 #
 # Needs root and the binaries scripts/setup.sh builds. Locally without them it skips loudly;
 # under CI=true that is a failure.
@@ -53,18 +56,41 @@ finish() {
 }
 trap finish EXIT
 
+field() { # LINE KEY -> the value of KEY=... in LINE
+  tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"
+}
+
 start=$SECONDS
 scripts/cluster.sh up
 echo "35-kubernetes: up in $((SECONDS - start))s"
 scripts/cluster.sh status
 conformance/k8s/check.sh
 conformance/k8s/incident.sh
+# The guard's DaemonSet as an operator runs it: shutdown, install, keep, the uninstall overlay.
+conformance/k8s/daemonset.sh
+# A SIGKILLed, crash-looping Multus (00-multus.conf stays, its socket dead) without the guard,
+# with it, and with its `sockets` precondition: every pod comes up with net1 (crash.sh fails
+# otherwise); only the sockets precondition refuses at once, naming the socket, and turns the
+# guard's probe NotReady.
+for mode in no-guard guard guard-socket; do
+  line=$(conformance/k8s/crash.sh "$mode")
+  echo "$line"
+  if [ "$mode" = guard-socket ]; then
+    if [ "$(field "$line" first_event_s)" = - ] || ! grep -q 'socket .* does not accept connections' <<<"$line" ||
+       [ "$(field "$line" guard_notready_s)" -eq 0 ]; then
+      echo "35-kubernetes: FAIL: with sockets the guard did not refuse at once naming the socket, or stayed Ready" >&2
+      exit 1
+    fi
+  fi
+done
 scripts/cluster.sh down
 echo "35-kubernetes: the seed's layout with the guard passed in $((SECONDS - start))s"
 
 # The same incident without the guard, in the layout the seed fixed: the pod comes up without net1.
 CLUSTER_LAYOUT=before-fix scripts/cluster.sh up
 conformance/k8s/incident.sh
+# The guard in that layout with Multus's auto-config left alone: refused naming the election.
+conformance/k8s/autoconfig.sh
 
 # The incident under churn (conformance/k8s/churn.sh): one incident-summary line per layout and
 # guard, each run bringing the node up in its layout (about 80 s a run). What each line must show:
@@ -73,9 +99,6 @@ conformance/k8s/incident.sh
 #   both on        bare = 0, teardown_failures = 0, the node never NotReady, and every pod
 #                  Running with net1 after the last restart (recovery_s a number, not "never")
 # CNI_GUARD_K8S_CHURN=0 leaves them out (a quick local run); CI always runs them.
-field() { # LINE KEY -> the value of KEY=... in LINE
-  tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"
-}
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
   summaries=()
   for run in "original off" "original on" "seed-fix off" "seed-fix on"; do

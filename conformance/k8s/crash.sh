@@ -145,7 +145,7 @@ say "mode=$MODE: multus-daemon SIGKILLed; 00-multus.conf stays, its socket is de
 sed "s/name: with-net1/name: $POD/" <(scripts/cluster.sh manifest pod-net1.yaml) | "$K" apply -f - >/dev/null
 t_pod=$(now)
 uid=$("$K" get pod "$POD" -o jsonpath='{.metadata.uid}')
-first_event=- event= back=-
+first_event=- event='' back=-
 ready=
 while [ -z "$ready" ]; do
   if [ "$first_event" = - ]; then

@@ -9,7 +9,8 @@
 #     are CRDs, get a structural check and `promtool check rules` on their rule group;
 #  4. values.schema.json rejects a wrong type and unknown keys (helm template fails);
 #  5. install and keep get the same conflist flags for every values file, the probe checks the
-#     file keep writes, every /host mount is its host path, and the install flags run by the
+#     file keep writes, every /host mount is its host path, the probe can read each config's
+#     folder and connect in each socket's (read-write), and the install flags run by the
 #     release binary write the conflist the values ask for;
 #  6. `promtool test rules` (deploy/helm/cni-guard/tests/alert-test.yaml): the alert fires with
 #     the node and reason labels for a node not ready for more than 5 minutes, and not for a blip.
@@ -205,8 +206,9 @@ for rules in "$WORK"/crd/*.rules.yml; do
 done
 
 echo "-- values.schema.json"
-# Each of these must make helm template fail, naming the offending key: all but the last through
-# values.schema.json, the last through the chart's own `fail`.
+# Each of these must make helm template fail, naming the offending key: through
+# values.schema.json, or (the last two: a socket directly in /, podMonitor without metrics)
+# through the chart's own `fail`.
 SCHEMA_ERROR="values don't meet the specifications of the schema"
 rejects=(
   "--set waitSeconds=soon|'/waitSeconds': got string, want integer"
@@ -222,6 +224,9 @@ rejects=(
   "--set delegate=etc/cni/net.d/00-multus.conf|/delegate"
   "--set cniVersion=2.0.0|/cniVersion"
   "--set confName=guard.conf|/confName"
+  "--set 'sockets={run/multus/multus.sock}'|'/sockets/0': 'run/multus/multus.sock' does not match pattern"
+  "--set-json 'sockets=\"/run/multus/multus.sock\"'|'/sockets': got string, want array"
+  "--set 'sockets={/multus.sock}'|sockets: /multus.sock is directly in /"
   "--set metrics.enabled=false --set podMonitor.enabled=true|podMonitor.enabled needs metrics.enabled"
 )
 for case in "${rejects[@]}"; do
@@ -232,7 +237,7 @@ for case in "${rejects[@]}"; do
   fi
   grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
   case $want in
-    *"podMonitor.enabled needs"*) ;;
+    *"podMonitor.enabled needs"* | *"is directly in /"*) ;;
     *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
   esac
   echo "rejected: $args ($want)"
@@ -355,6 +360,7 @@ for name in names + ["base"]:
     check(pf["--cni-path"] == v["binDir"] and pf["--host-root"] == "/host", f"{name}: probe paths")
     # The values reach the flags.
     want = {"--delegate": [v["delegate"]], "--attachment": v["attachments"],
+            "--socket": v["sockets"],
             "--capability": v["capabilities"], "--cache-dir": [v["cacheDir"]],
             "--wait-seconds": [str(v["waitSeconds"])], "--cni-version": [v["cniVersion"]],
             "--conf-name": [v["confName"]], "--conf-dir": ["/host" + v["confDir"]],
@@ -384,9 +390,14 @@ for name in names + ["base"]:
     for c in (install, keep):
         for m in c["volumeMounts"]:
             check(m["mountPath"] == "/host" + vols[m["name"]], f"{name}: {m['mountPath']} mounts {vols[m['name']]}")
-    keep_dirs = {m["mountPath"][len("/host"):] for m in keep["volumeMounts"]}
+    keep_dirs = {m["mountPath"][len("/host"):]: m.get("readOnly", False) for m in keep["volumeMounts"]}
     for path in [v["delegate"]] + v["attachments"]:
         check(os.path.dirname(path) in keep_dirs, f"{name}: the probe cannot see {path}")
+    # connect(2) on a unix socket needs write permission: a read-only mount refuses it (EROFS).
+    for path in v["sockets"]:
+        check(keep_dirs.get(os.path.dirname(path)) is False,
+              f"{name}: the probe cannot connect to {path} (its folder is not mounted read-write)")
+    check(len(keep_dirs) == len(keep["volumeMounts"]), f"{name}: a folder is mounted twice in keep")
     check(spec.get("hostNetwork") is True, f"{name}: hostNetwork")
     print(f"{name}: install and keep get the same {len(kept)} conflist flags; probe, mounts and metrics as the values say")
 
@@ -406,6 +417,7 @@ for name in names + ["base"]:
           f"{name}: conflist entry {entry}")
     check(entry.get("capabilities", {}) == {c: True for c in v["capabilities"]}, f"{name}: capabilities {entry}")
     check(entry.get("strictPermissions", False) == v["strictPermissions"], f"{name}: strictPermissions")
+    check(entry.get("sockets", []) == v["sockets"], f"{name}: sockets {entry}")
     for key_ in ["delegateTimeoutSeconds", "lockWaitSeconds", "statusTimeoutSeconds"]:
         check(entry.get(key_) == v[key_], f"{name}: {key_} is {entry.get(key_)}, the values say {v[key_]}")
 print("the release binary's install, run with each rendering's flags, writes the conflist the values ask for")

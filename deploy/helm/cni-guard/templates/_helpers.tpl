@@ -94,6 +94,9 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- range $v.attachments }}
 {{- $args = append $args (printf "--attachment=%s" .) }}
 {{- end }}
+{{- range $v.sockets }}
+{{- $args = append $args (printf "--socket=%s" .) }}
+{{- end }}
 {{- if not (kindIs "invalid" $v.delegateTimeoutSeconds) }}
 {{- $args = append $args (printf "--delegate-timeout-seconds=%d" (int $v.delegateTimeoutSeconds)) }}
 {{- end }}
@@ -115,21 +118,54 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- end }}
 
 {{/*
-The host folders the readiness probe reads besides confDir: the folder of the delegate and of
-each attachment, each once, in order. A YAML list of {name, path}.
+The folders of the sockets (--socket), each once, in order, as a YAML list of paths. The probe
+connects to each socket under /host, and connect(2) needs write permission on the socket, which
+a read-only mount refuses (EROFS): these folders are mounted read-write. A socket directly in /
+would mount the host's root read-write: refused.
+*/}}
+{{- define "cni-guard.socketDirs" -}}
+{{- $dirs := list }}
+{{- range .Values.sockets }}
+{{- $dir := dir . }}
+{{- if eq $dir "/" }}
+{{- fail (printf "sockets: %s is directly in /; the readiness probe would need the host's root mounted read-write" .) }}
+{{- end }}
+{{- if not (has $dir $dirs) }}
+{{- $dirs = append $dirs $dir }}
+{{- end }}
+{{- end }}
+{{- toYaml $dirs }}
+{{- end }}
+
+{{/*
+The host folders the readiness probe reads besides those keep mounts anyway (confDir, binDir,
+cacheDir): the folder of the delegate and of each attachment (read-only), then the folder of
+each socket (read-write), each once, in order; a folder with both a config and a socket is
+mounted once, read-write. A YAML list of {name, path, readOnly, create}: create (hostPath type
+DirectoryOrCreate) for the config folders, as for confDir; a socket's folder is the daemon's
+own run dir, which the chart leaves to the daemon (a plain hostPath).
 */}}
 {{- define "cni-guard.configDirs" -}}
 {{- $v := .Values }}
+{{- $mounted := list (clean $v.confDir) (clean $v.binDir) (clean $v.cacheDir) }}
+{{- $socketDirs := include "cni-guard.socketDirs" . | fromYamlArray }}
 {{- $dirs := list }}
 {{- range prepend $v.attachments $v.delegate }}
 {{- $dir := dir . }}
-{{- if and (ne $dir (clean $v.confDir)) (not (has $dir $dirs)) }}
+{{- if and (not (has $dir $mounted)) (not (has $dir $dirs)) }}
 {{- $dirs = append $dirs $dir }}
 {{- end }}
 {{- end }}
 {{- $out := list }}
 {{- range $i, $dir := $dirs }}
-{{- $out = append $out (dict "name" (printf "cni-config-%d" $i) "path" $dir) }}
+{{- $out = append $out (dict "name" (printf "cni-config-%d" $i) "path" $dir "readOnly" (not (has $dir $socketDirs)) "create" true) }}
+{{- end }}
+{{- $n := 0 }}
+{{- range $socketDirs }}
+{{- if and (not (has . $mounted)) (not (has . $dirs)) }}
+{{- $out = append $out (dict "name" (printf "socket-dir-%d" $n) "path" . "readOnly" false "create" false) }}
+{{- $n = add1 $n }}
+{{- end }}
 {{- end }}
 {{- toYaml $out }}
 {{- end }}

@@ -8,17 +8,19 @@
 #   no-guard      the guard's DaemonSet removed: containerd runs 00-multus.conf itself
 #   guard         deploy/multus-cilium as it is
 #   guard-socket  the same with `--socket <node>/run/multus/multus.sock` (config key `sockets`)
-#                 on install and keep, and the socket's folder mounted for the readiness probe
+#                 on install and keep, and the folder above the socket's mounted read-only for the
+#                 readiness probe
 #
 # The daemon is killed with SIGKILL every 0.2 s for $CRASH_DEAD_S s (a crash-looping Multus:
 # kubelet restarts the container, it is killed again); 1 s in, a pod asking for net1 is created.
 # Prints one line:
-#   crash-summary mode=M dead_s=D multus_back_s=B first_event_s=E pod_ready_s=R net1=yes guard_notready_s=N event="..."
+#   crash-summary mode=M dead_s=D multus_back_s=B first_event_s=E pod_ready_s=R net1=yes guard_notready_s=N guard_ready_s=G event="..."
 #     multus_back_s  from the pod's creation to the daemon's socket accepting again, once the
 #                    killing stopped (kubelet's back-off decides when it restarts)
 #     first_event_s  from the pod's creation to its first FailedCreatePodSandBox event ("-": none)
 #     pod_ready_s    from the pod's creation to Ready
 #     guard_notready_s  seconds the guard's pod was seen not Ready ("-" without the guard)
+#     guard_ready_s  from the pod's creation to the guard's pod Ready again (after the pod)
 # Leaves the cluster as scripts/cluster.sh up made it (guard deployed, no socket).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +35,7 @@ NODE=$CLUSTER_DIR/node
 export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 K=$KUBERNETES_BIN/kubectl
 SOCK=$NODE/run/multus/multus.sock
+RUN=$(dirname "$(dirname "$SOCK")") # the folder above the socket's
 POD=crash
 SEL='app.kubernetes.io/name=cni-guard'
 
@@ -80,9 +83,12 @@ for line in sys.stdin.read().split("\n"):
         out.append(line.split("-")[0] + "- --socket=" + sock)
 print("\n".join(out))
 ' "$SOCK" "$(dirname "$SOCK")" | "$K" apply -f - >/dev/null
+      # The probe connects to the socket under /host: mount the folder above the socket's
+      # (Multus removes and remakes its socket folder at every start, which would leave a mount
+      # of that folder itself on the old, deleted one), read-only (connect(2) is allowed there).
       "$K" -n cni-guard patch daemonset cni-guard --type=json -p "[
-        {\"op\":\"add\",\"path\":\"/spec/template/spec/volumes/-\",\"value\":{\"name\":\"multus-run\",\"hostPath\":{\"path\":\"$(dirname "$SOCK")\"}}},
-        {\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/volumeMounts/-\",\"value\":{\"name\":\"multus-run\",\"mountPath\":\"/host$(dirname "$SOCK")\"}}]" >/dev/null
+        {\"op\":\"add\",\"path\":\"/spec/template/spec/volumes/-\",\"value\":{\"name\":\"multus-run\",\"hostPath\":{\"path\":\"$RUN\"}}},
+        {\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/volumeMounts/-\",\"value\":{\"name\":\"multus-run\",\"mountPath\":\"/host$RUN\",\"readOnly\":true}}]" >/dev/null
       "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null
       guard_ready
       grep -q '"sockets"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" || fail "the guard's conflist names no socket"
@@ -168,13 +174,17 @@ KILLER=
 net1=no
 "$K" exec "$POD" -- ip -o addr | grep -q ' net1 .*inet ' && net1=yes
 [ "$net1" = yes ] || fail "pod $POD came up without net1 after the crash"
-notready=-
+notready=- again=-
 if [ -n "${WATCH:-}" ]; then
   kill "$WATCH" 2>/dev/null || true
   WATCH=
   notready=0
   [ ! -f "$W/guard-notready" ] || notready=$(wc -l <"$W/guard-notready")
+  # The probe must see the new daemon's socket too.
+  "$K" -n cni-guard wait --for=condition=Ready pod -l "$SEL" --timeout=60s >/dev/null ||
+    fail "the guard's pod is not Ready 60 s after $POD was"
+  again=$(since "$t_pod" "$(now)")
 fi
 say "dead for ${DEAD_S}s from $(date -d "@${t_kill%.*}" +%T)"
 event=${event#*plugin type=}
-echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready event=\"${event:0:300}\""
+echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready guard_ready_s=$again event=\"${event:0:300}\""

@@ -10,7 +10,7 @@
 #  4. values.schema.json rejects a wrong type and unknown keys (helm template fails);
 #  5. install and keep get the same conflist flags for every values file, the probe checks the
 #     file keep writes, every /host mount is its host path, the probe can read each config's
-#     folder and connect in each socket's (read-write), and the install flags run by the
+#     folder and reach each socket through the folder above it, and the install flags run by the
 #     release binary write the conflist the values ask for;
 #  6. `promtool test rules` (deploy/helm/cni-guard/tests/alert-test.yaml): the alert fires with
 #     the node and reason labels for a node not ready for more than 5 minutes, and not for a blip.
@@ -207,7 +207,7 @@ done
 
 echo "-- values.schema.json"
 # Each of these must make helm template fail, naming the offending key: through
-# values.schema.json, or (the last two: a socket directly in /, podMonitor without metrics)
+# values.schema.json, or (the last two: a socket in a folder directly in /, podMonitor without metrics)
 # through the chart's own `fail`.
 SCHEMA_ERROR="values don't meet the specifications of the schema"
 rejects=(
@@ -226,7 +226,7 @@ rejects=(
   "--set confName=guard.conf|/confName"
   "--set 'sockets={run/multus/multus.sock}'|'/sockets/0': 'run/multus/multus.sock' does not match pattern"
   "--set-json 'sockets=\"/run/multus/multus.sock\"'|'/sockets': got string, want array"
-  "--set 'sockets={/multus.sock}'|sockets: /multus.sock is directly in /"
+  "--set 'sockets={/multus/multus.sock}'|sockets: /multus/multus.sock is in a folder directly in /"
   "--set metrics.enabled=false --set podMonitor.enabled=true|podMonitor.enabled needs metrics.enabled"
 )
 for case in "${rejects[@]}"; do
@@ -237,7 +237,7 @@ for case in "${rejects[@]}"; do
   fi
   grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
   case $want in
-    *"podMonitor.enabled needs"* | *"is directly in /"*) ;;
+    *"podMonitor.enabled needs"* | *"is in a folder directly in /"*) ;;
     *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
   esac
   echo "rejected: $args ($want)"
@@ -393,10 +393,13 @@ for name in names + ["base"]:
     keep_dirs = {m["mountPath"][len("/host"):]: m.get("readOnly", False) for m in keep["volumeMounts"]}
     for path in [v["delegate"]] + v["attachments"]:
         check(os.path.dirname(path) in keep_dirs, f"{name}: the probe cannot see {path}")
-    # connect(2) on a unix socket needs write permission: a read-only mount refuses it (EROFS).
+    # A socket is reached through the folder above its own (Multus removes and remakes its
+    # socket's folder at every start: a mount of that folder would stay on the deleted one).
     for path in v["sockets"]:
-        check(keep_dirs.get(os.path.dirname(path)) is False,
-              f"{name}: the probe cannot connect to {path} (its folder is not mounted read-write)")
+        check(os.path.dirname(os.path.dirname(path)) in keep_dirs,
+              f"{name}: the probe cannot reach {path} (the folder above its own is not mounted)")
+        check(os.path.dirname(path) not in keep_dirs,
+              f"{name}: {os.path.dirname(path)} is mounted itself: after a daemon restart it is the old folder")
     check(len(keep_dirs) == len(keep["volumeMounts"]), f"{name}: a folder is mounted twice in keep")
     check(spec.get("hostNetwork") is True, f"{name}: hostNetwork")
     print(f"{name}: install and keep get the same {len(kept)} conflist flags; probe, mounts and metrics as the values say")

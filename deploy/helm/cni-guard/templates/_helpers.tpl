@@ -126,9 +126,9 @@ would mount the host's root read-write: refused.
 {{- define "cni-guard.socketDirs" -}}
 {{- $dirs := list }}
 {{- range .Values.sockets }}
-{{- $dir := dir . }}
+{{- $dir := dir (dir .) }}
 {{- if eq $dir "/" }}
-{{- fail (printf "sockets: %s is directly in /; the readiness probe would need the host's root mounted read-write" .) }}
+{{- fail (printf "sockets: %s is in a folder directly in /; the readiness probe would need the host's root mounted" .) }}
 {{- end }}
 {{- if not (has $dir $dirs) }}
 {{- $dirs = append $dirs $dir }}
@@ -139,11 +139,12 @@ would mount the host's root read-write: refused.
 
 {{/*
 The host folders the readiness probe reads besides those keep mounts anyway (confDir, binDir,
-cacheDir): the folder of the delegate and of each attachment (read-only), then the folder of
-each socket (read-write), each once, in order; a folder with both a config and a socket is
-mounted once, read-write. A YAML list of {name, path, readOnly, create}: create (hostPath type
-DirectoryOrCreate) for the config folders, as for confDir; a socket's folder is the daemon's
-own run dir, which the chart leaves to the daemon (a plain hostPath).
+cacheDir): the folder of the delegate and of each attachment, then the folder above each
+socket's, each once, in order, all read-only. The folder above: a daemon may remove and remake
+its socket's folder when it starts (Multus does), and a mount of that folder itself would stay
+on the old, deleted one; connect(2) works on a read-only mount. A YAML list of {name, path,
+readOnly, create}: create (hostPath type DirectoryOrCreate) for the config folders, as for
+confDir; the folder above a socket's is the host's (/run), a plain hostPath.
 */}}
 {{- define "cni-guard.configDirs" -}}
 {{- $v := .Values }}
@@ -158,12 +159,12 @@ own run dir, which the chart leaves to the daemon (a plain hostPath).
 {{- end }}
 {{- $out := list }}
 {{- range $i, $dir := $dirs }}
-{{- $out = append $out (dict "name" (printf "cni-config-%d" $i) "path" $dir "readOnly" (not (has $dir $socketDirs)) "create" true) }}
+{{- $out = append $out (dict "name" (printf "cni-config-%d" $i) "path" $dir "readOnly" true "create" true) }}
 {{- end }}
 {{- $n := 0 }}
 {{- range $socketDirs }}
 {{- if and (not (has . $mounted)) (not (has . $dirs)) }}
-{{- $out = append $out (dict "name" (printf "socket-dir-%d" $n) "path" . "readOnly" false "create" false) }}
+{{- $out = append $out (dict "name" (printf "socket-dir-%d" $n) "path" . "readOnly" true "create" false) }}
 {{- $n = add1 $n }}
 {{- end }}
 {{- end }}

@@ -18,9 +18,9 @@
 #   incident-summary kubernetes=.. containerd=.. multus=.. layout=.. guard=.. pods=N full=F
 #     bare=B teardown_failures=T notready_s=X recovery_s=Y
 #
-#   teardown_failures  churn pods whose sandbox teardown failed (kubelet's log during the run:
-#                      KillPodSandbox / StopPodSandbox / "failed to destroy network"; events
-#                      FailedKillPod)
+#   teardown_failures  churn pod deletions whose sandbox teardown failed at least once: the
+#                      deleted pods' sandbox ids (crictl, just before the deletion) in kubelet's
+#                      "failed to destroy network for sandbox" lines during the run
 #   notready_s         seconds the node reported Ready other than True (polled each second)
 #   recovery_s         from Multus back (the last restart) to every pod Running with net1;
 #                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s (a bare
@@ -51,6 +51,9 @@ export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 K=$KUBERNETES_BIN/kubectl
 NODE_NAME=cni-guard-node
 CONF=$NODE/etc/cni/net.d/00-multus.conf
+crictl() {
+  "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$NODE/run/containerd/containerd.sock" --timeout 20s "$@"
+}
 
 say() { echo "k8s churn: $*" >&2; }
 fail() { echo "k8s churn: FAIL: $*" >&2; exit 1; }
@@ -88,6 +91,17 @@ multus_ready() {
   [ -s "$CONF" ] &&
     [ "$("$K" -n kube-system get pod -l app=multus -o jsonpath='{range .items[*]}{.metadata.deletionTimestamp}{"|"}{.status.containerStatuses[0].ready}{"\n"}{end}' 2>/dev/null)" = "|true" ]
 }
+# A Multus restart on this node is quick (its image is local, its API server next door): about
+# 1-2 s from the old daemon removing 00-multus.conf to the new one writing it. In production it
+# takes longer (the image pulled again after a reboot, the init container, the informer's first
+# list), and the window is what the incident lives in: an init container that sleeps
+# $CHURN_MULTUS_DELAY s (default 8) stands in for that.
+MULTUS_DELAY=${CHURN_MULTUS_DELAY:-8}
+if [ "$MULTUS_DELAY" != 0 ] &&
+   ! "$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.initContainers[*].name}' | grep -qw start-delay; then
+  image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.containers[0].image}')
+  "$K" -n kube-system patch daemonset kube-multus-ds --type=json -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/initContainers/-\",\"value\":{\"name\":\"start-delay\",\"image\":\"$image\",\"imagePullPolicy\":\"Never\",\"command\":[\"/bin/sleep\",\"$MULTUS_DELAY\"]}}]" >/dev/null
+fi
 "$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s >/dev/null
 if [ "$GUARD" = on ]; then
   "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=120s >/dev/null ||
@@ -129,6 +143,20 @@ classify() {
 }
 (while :; do classify; sleep 1; done) &
 BG+=($!)
+# How long each Multus restart leaves the conf dir without 00-multus.conf (0.1 s resolution).
+(
+  gone=
+  while :; do
+    if [ -e "$CONF" ]; then
+      [ -z "$gone" ] || echo "$(( $(date +%s%3N) - gone ))" >>"$W/conf-gaps"
+      gone=
+    elif [ -z "$gone" ]; then
+      gone=$(date +%s%3N)
+    fi
+    sleep 0.1
+  done
+) &
+BG+=($!)
 
 kubelet_log=$CLUSTER_DIR/logs/kubelet.log
 kubelet_from=$(($(stat -c %s "$kubelet_log") + 1))
@@ -160,9 +188,15 @@ spec:
 EOF
 "$K" rollout status deployment/churn --timeout=120s >/dev/null || fail "the Deployment did not come up before the churn"
 
-delete_some() { # N: deletes N random churn pods, not waiting
+delete_some() { # N: deletes N random Running churn pods (not already being deleted), not waiting
   local names
-  mapfile -t names < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | shuf -n "$1")
+  mapfile -t names < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' |
+    awk -F'|' '$2 == "" && $3 == "Running" { print $1 }' | shuf -n "$1")
+  # Their sandboxes, to find the ones whose teardown fails (kubelet names only the sandbox then).
+  local n
+  for n in "${names[@]}"; do
+    crictl pods --namespace default --name "^$n\$" --state ready -q 2>/dev/null | sed "s/^/$n /" >>"$W/deleted" || true
+  done
   [ ${#names[@]} -eq 0 ] || "$K" delete pod --wait=false "${names[@]}" >/dev/null 2>&1 || true
 }
 
@@ -172,9 +206,9 @@ for ((i = 1; i <= RESTARTS; i++)); do
   for _ in $(seq 60); do [ -e "$CONF" ] || break; sleep 0.2; done
   [ -e "$CONF" ] && say "restart $i: 00-multus.conf still there after 12s" ||
     say "restart $i: Multus stopped, 00-multus.conf gone"
-  # In the window: new pods (scale up) and pods torn down (deletions).
-  "$K" scale deployment churn --replicas="$PODS_MAX" >/dev/null
+  # In the window: pods torn down (deletions of running pods), then new pods (scale up).
   delete_some 3
+  "$K" scale deployment churn --replicas="$PODS_MAX" >/dev/null
   for _ in $(seq 180); do multus_ready && break; sleep 1; done
   multus_ready || fail "Multus did not come back after restart $i"
   t_back=$SECONDS
@@ -220,17 +254,23 @@ pods=$(wc -l <"$W/verdicts")
 full=$(grep -c ' full$' "$W/verdicts" || true)
 bare=$(grep -c ' bare$' "$W/verdicts" || true)
 notready=$(wc -l <"$W/notready")
-{
-  tail -c +"$kubelet_from" "$kubelet_log" |
-    grep -E 'KillPodSandbox|StopPodSandbox|failed to destroy network' | grep -oE 'default/churn-[a-z0-9]+-[a-z0-9]+' || true
-  "$K" get events --field-selector reason=FailedKillPod -o jsonpath='{range .items[*]}default/{.involvedObject.name}{"\n"}{end}' 2>/dev/null |
-    grep '^default/churn-' || true
-} | sort -u >"$W/teardown"
+# Pod deletions whose sandbox teardown failed: the sandboxes of the pods delete_some deleted that
+# appear in kubelet's "failed to destroy network for sandbox" lines (the pod worker names the pod,
+# the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose
+# teardown failed, the failed sandboxes of pods that never started included, is counted apart.
+tail -c +"$kubelet_from" "$kubelet_log" |
+  grep -oE 'failed to destroy network for sandbox [^a-f0-9]*[a-f0-9]{64}' | grep -oE '[a-f0-9]{64}$' |
+  sort -u >"$W/failed-sandboxes" || true
+touch "$W/deleted"
+awk 'NR == FNR { failed[$1] = 1; next } ($2 in failed) { print $1 }' "$W/failed-sandboxes" "$W/deleted" |
+  sort -u >"$W/teardown"
 teardown=$(wc -l <"$W/teardown")
+say "pods deleted in the run: $(cut -d' ' -f1 "$W/deleted" | sort -u | wc -l); sandboxes whose network teardown failed at least once: $(wc -l <"$W/failed-sandboxes")"
 if [ "$teardown" -gt 0 ]; then
   say "teardown failures: $(tr '\n' ' ' <"$W/teardown")"
   tail -c +"$kubelet_from" "$kubelet_log" | grep -E 'KillPodSandbox|StopPodSandbox|failed to destroy network' |
     head -n 2 | cut -c1-600 >&2 || true
 fi
+say "00-multus.conf absent for (ms): $(tr '\n' ' ' <"$W/conf-gaps" 2>/dev/null)"
 say "run took $((SECONDS - t_run))s (with the node's up: $((SECONDS - t_up))s)"
 echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery"

@@ -10,20 +10,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-bash scripts/setup.sh
+# Each step's wall time, printed after it and as a table at the end (the README's "Tests" quotes
+# them for a cold and a warm machine).
+timings=()
+step() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  timings+=("$(printf '%5d s  %s' $((SECONDS - start)) "$name")")
+  echo "== $name: $((SECONDS - start)) s"
+}
 
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
-cargo test --workspace --locked
-echo "== release build"
-cargo build --release --locked -p cni-guard
+step setup bash scripts/setup.sh
+
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test" cargo test --workspace --locked
+step "release build" cargo build --release --locked -p cni-guard
 
 for part in scripts/test.d/*.sh; do
   [ -e "$part" ] || continue
-  echo "== $part"
-  bash "$part"
+  step "$part" bash "$part"
 done
-echo "== all tests passed"
+echo "== time per step"
+printf '%s\n' "${timings[@]}"
+echo "== all tests passed in $SECONDS s"

@@ -648,6 +648,8 @@ up() {
   fi
   kubectl wait --for=condition=Ready --timeout="${TIMEOUT}s" "node/$NODE_NAME" >/dev/null ||
     die "node $NODE_NAME is not Ready: $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')"
+  # Again: kubelet may set its kernel tunables after it registers (container manager start).
+  restore_sysctls
   trap - EXIT INT TERM
   say "up in $((SECONDS - t0))s: node $NODE_NAME Ready at $NODE_IP (API https://$NODE_IP:6443)"
   echo "KUBECONFIG=$KUBECONFIG_ADMIN"

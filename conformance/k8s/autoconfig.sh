@@ -53,7 +53,14 @@ grep -q 'plugin type="cni-guard" failed (add): cni-guard is misconfigured: .*clu
 ok "the guard refused $POD's sandbox naming clusterNetwork and multusMasterCNI"
 "$K" -n cni-guard wait --for=condition=Ready=false pod -l "$SEL" --timeout=40s >/dev/null ||
   fail "the guard's pod stayed Ready"
-probe=$("$K" -n cni-guard describe pod -l "$SEL" | grep -A12 'Readiness probe failed' | head -n 12)
+# The pod's events from the first failed probe on: an earlier failure (00-multus.conf missing
+# during Multus's restart) may come first, so the whole section is searched.
+probe=
+for _ in $(seq 30); do
+  probe=$("$K" -n cni-guard describe pod -l "$SEL" | sed -n '/Readiness probe failed/,$p')
+  grep -q '✗ recursion' <<<"$probe" && break
+  sleep 1
+done
 echo "$probe"
 grep -q '✗ recursion' <<<"$probe" || fail "the probe's output has no failing recursion line"
 ok "the guard's readiness probe fails on its recursion line"

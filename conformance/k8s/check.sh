@@ -36,8 +36,11 @@ crictl() {
 
 "$K" get node -o wide
 "$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s
+# Is the guard deployed? (A failed call fails the check: --ignore-not-found makes "not found" the
+# only empty answer.)
+deployed=$("$K" -n cni-guard get daemonset cni-guard --ignore-not-found -o name)
 guard=
-if "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1; then
+if [ -n "$deployed" ]; then
   guard=1
   "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s
   "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=60s >/dev/null ||

@@ -61,10 +61,14 @@ fail() { echo "k8s churn: FAIL: $*" >&2; exit 1; }
 # --- the node in the asked layout ----------------------------------------------------------------
 matches() {
   scripts/cluster.sh status >/dev/null 2>&1 || return 1
-  local orig=0 g=0
+  local orig=0 g=0 master want_master=
   [ -e "$NODE/etc/cni/net.d/05-cilium.conflist" ] && orig=1
   "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1 && g=1
-  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ]
+  # Multus's master as cluster.sh sets it for this layout (autoconfig.sh leaves it on auto).
+  [ "$CL" = before-fix ] && [ "$CG" = 1 ] && want_master=05-cilium.conflist
+  master=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}' 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin).get("multusMasterCNI", ""))' 2>/dev/null) || return 1
+  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ]
 }
 t_up=$SECONDS
 if ! matches; then
@@ -115,14 +119,18 @@ multus_image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.s
 multus_version=${multus_image##*:}
 
 # --- observers -----------------------------------------------------------------------------------
-# The node's Ready condition, once a second: one line per second it was not True.
+# The node's Ready condition, polled about once a second: "ms status" per answered poll.
+# Observers stop with this script even if it is SIGKILLed (kill -0 $$), and hold neither the
+# caller's lock (fd 9) nor its stdout. A failed kubectl call is no verdict: it is skipped.
 (
-  while :; do
-    r=$("$K" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || echo unknown)
-    [ "$r" = True ] || echo "$(date +%s) $r" >>"$W/notready"
+  while kill -0 $$ 2>/dev/null; do
+    if r=$("$K" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) &&
+       [ -n "$r" ]; then
+      echo "$(date +%s%3N) $r" >>"$W/ready-polls"
+    fi
     sleep 1
   done
-) &
+) >/dev/null 9>&- &
 BG+=($!)
 
 # classify: every churn pod Running (and not being deleted) gets one verdict, full or bare.
@@ -132,7 +140,8 @@ classify() {
     [ -n "$name" ] && [ -z "$ts" ] && [ "$phase" = Running ] || continue
     grep -q "^$name " "$W/class" 2>/dev/null && continue
     addrs=$("$K" exec "$name" -- ip -o addr 2>/dev/null) || continue
-    st=$("$K" get pod "$name" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null || true)
+    # No annotation is a verdict (a pod built without Multus has none); a failed call is not.
+    st=$("$K" get pod "$name" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null) || continue
     if grep -q ' net1 .*inet ' <<<"$addrs" && grep -q ' eth0 .*inet ' <<<"$addrs" &&
        python3 -c 'import json,sys; s={i.get("interface") for i in json.loads(sys.argv[1])}; sys.exit(not {"eth0","net1"} <= s)' "$st" 2>/dev/null; then
       echo "$name full" >>"$W/class"
@@ -141,12 +150,12 @@ classify() {
     fi
   done < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null)
 }
-(while :; do classify; sleep 1; done) &
+(while kill -0 $$ 2>/dev/null; do classify; sleep 1; done) >/dev/null 9>&- &
 BG+=($!)
 # How long each Multus restart leaves the conf dir without 00-multus.conf (0.1 s resolution).
 (
   gone=
-  while :; do
+  while kill -0 $$ 2>/dev/null; do
     if [ -e "$CONF" ]; then
       [ -z "$gone" ] || echo "$(( $(date +%s%3N) - gone ))" >>"$W/conf-gaps"
       gone=
@@ -155,7 +164,7 @@ BG+=($!)
     fi
     sleep 0.1
   done
-) &
+) >/dev/null 9>&- &
 BG+=($!)
 
 kubelet_log=$CLUSTER_DIR/logs/kubelet.log
@@ -248,12 +257,14 @@ classify
 # --- the numbers ---------------------------------------------------------------------------------
 for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
 BG=()
-touch "$W/class" "$W/notready"
+touch "$W/class" "$W/ready-polls"
 awk '!seen[$1]++' "$W/class" >"$W/verdicts" # the first verdict of each pod
 pods=$(wc -l <"$W/verdicts")
 full=$(grep -c ' full$' "$W/verdicts" || true)
 bare=$(grep -c ' bare$' "$W/verdicts" || true)
-notready=$(wc -l <"$W/notready")
+# Seconds NotReady: from each poll that saw Ready not True to the next poll (rounded up).
+notready=$(awk 'prev != "" && st != "True" { ms += $1 - prev } { prev = $1; st = $2 }
+  END { print int((ms + 999) / 1000) }' "$W/ready-polls")
 # Pod deletions whose sandbox teardown failed: the sandboxes of the pods delete_some deleted that
 # appear in kubelet's "failed to destroy network for sandbox" lines (the pod worker names the pod,
 # the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose

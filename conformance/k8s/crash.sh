@@ -60,14 +60,16 @@ guard_ready() {
 apply_mode() {
   case "$1" in
     no-guard)
-      scripts/cluster.sh manifest guard | "$K" delete -f - --wait=true --timeout=120s >/dev/null
-      for _ in $(seq 30); do [ -e "$NODE/etc/cni/net.d/00-cni-guard.conflist" ] || break; sleep 1; done
+      scripts/cluster.sh manifest guard | "$K" delete -f - --wait=true --timeout=120s >/dev/null || return 1
+      # Its pod gone too (keep would put the file back), the namespace's deletion waits for it.
+      "$K" -n cni-guard wait --for=delete pod -l "$SEL" --timeout=60s >/dev/null 2>&1 || true
       # Nothing deletes the guard's conflist on shutdown: take it out as the uninstall would.
       rm -f "$NODE/etc/cni/net.d/00-cni-guard.conflist"
       ;;
     guard)
-      scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null
-      "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null
+      # Each step `|| return 1`: cleanup calls this in an || list, where set -e does not apply.
+      scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null || return 1
+      "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null || return 1
       guard_ready
       ;;
     guard-socket)
@@ -118,15 +120,18 @@ for _ in $(seq 60); do [ -s "$NODE/etc/cni/net.d/00-multus.conf" ] && accepts "$
 accepts "$SOCK" || fail "Multus's socket $SOCK does not accept connections before the crash"
 [ -n "$(daemon_pids)" ] || fail "no multus-daemon process of the node"
 
-# The guard's readiness, once a second.
+# The guard's readiness, polled about once a second ("ms status" per answered poll); it stops
+# with this script and holds neither a caller's lock (fd 9) nor its stdout.
 if [ "$MODE" != no-guard ]; then
   (
-    while :; do
-      r=$("$K" -n cni-guard get pod -l "$SEL" -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
-      [ "$r" = True ] || echo "$(date +%s) $r" >>"$W/guard-notready"
+    while kill -0 $$ 2>/dev/null; do
+      if r=$("$K" -n cni-guard get pod -l "$SEL" -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) &&
+         [ -n "$r" ]; then
+        echo "$(date +%s%3N) $r" >>"$W/guard-polls"
+      fi
       sleep 1
     done
-  ) &
+  ) >/dev/null 9>&- &
   WATCH=$!
 fi
 
@@ -134,11 +139,11 @@ fi
 t_kill=$(now)
 (
   end=$((SECONDS + DEAD_S))
-  while ((SECONDS < end)); do
+  while ((SECONDS < end)) && kill -0 $$ 2>/dev/null; do
     for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
     sleep 0.2
   done
-) &
+) >/dev/null 9>&- &
 KILLER=$!
 sleep 1
 [ -e "$NODE/etc/cni/net.d/00-multus.conf" ] || fail "00-multus.conf went with a SIGKILL"
@@ -178,8 +183,10 @@ notready=- again=-
 if [ -n "${WATCH:-}" ]; then
   kill "$WATCH" 2>/dev/null || true
   WATCH=
-  notready=0
-  [ ! -f "$W/guard-notready" ] || notready=$(wc -l <"$W/guard-notready")
+  # Seconds not Ready: from each poll that saw Ready not True to the next poll (rounded up).
+  touch "$W/guard-polls"
+  notready=$(awk 'prev != "" && st != "True" { ms += $1 - prev } { prev = $1; st = $2 }
+    END { print int((ms + 999) / 1000) }' "$W/guard-polls")
   # The probe must see the new daemon's socket too.
   "$K" -n cni-guard wait --for=condition=Ready pod -l "$SEL" --timeout=60s >/dev/null ||
     fail "the guard's pod is not Ready 60 s after $POD was"

@@ -31,7 +31,8 @@ fail() { echo "k8s incident: FAIL: $*" >&2; exit 1; }
 ok() { echo "k8s incident: ok: $*"; }
 
 guard=1
-if ! "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1; then
+deployed=$("$K" -n cni-guard get daemonset cni-guard --ignore-not-found -o name) # an error fails
+if [ -z "$deployed" ]; then
   guard=
   [ -e "$NODE/etc/cni/net.d/05-cilium.conflist" ] ||
     fail "neither cni-guard nor the before-fix layout (CLUSTER_LAYOUT=before-fix) is there"
@@ -53,6 +54,7 @@ ok "Multus stopped; it deleted 00-multus.conf (conf dir: $(cd "$NODE/etc/cni/net
 
 # 2. A pod in the window.
 sed "s/name: with-net1/name: $POD/" <(scripts/cluster.sh manifest pod-net1.yaml) | "$K" apply -f - >/dev/null
+uid=$("$K" get pod "$POD" -o jsonpath='{.metadata.uid}') # this pod's events, not an earlier one's
 if [ -z "$guard" ]; then
   # The incident as it was: containerd falls back to 05-cilium.conflist.
   "$K" wait --for=condition=Ready --timeout=120s "pod/$POD" >/dev/null || fail "pod $POD is not Ready"
@@ -70,19 +72,16 @@ if [ -z "$guard" ]; then
   ok "Multus is back, and $POD still has no net1 (only replacing the pod would help)"
   exit 0
 fi
-refused=
+msg=
 for _ in $(seq 60); do
-  if "$K" get events --field-selector "involvedObject.name=$POD,reason=FailedCreatePodSandBox" \
-       -o jsonpath='{.items[*].message}' | grep -q 'plugin type="cni-guard" failed (add)'; then
-    refused=1
-    break
-  fi
+  msg=$("$K" get events --field-selector "involvedObject.uid=$uid,reason=FailedCreatePodSandBox" \
+    -o jsonpath='{.items[0].message}' 2>/dev/null || true)
+  [ -n "$msg" ] && break
   sleep 1
 done
-[ -n "$refused" ] || fail "no sandbox refusal by cni-guard for $POD"
-msg=$("$K" get events --field-selector "involvedObject.name=$POD,reason=FailedCreatePodSandBox" \
-  -o jsonpath='{.items[0].message}')
 echo "event: ${msg:0:400}"
+grep -q 'plugin type="cni-guard" failed (add): .*00-multus.conf' <<<"$msg" ||
+  fail "no sandbox refusal by cni-guard naming 00-multus.conf for $POD"
 phase=$("$K" get pod "$POD" -o jsonpath='{.status.phase}')
 [ "$phase" = Pending ] || fail "pod $POD is $phase while Multus is away"
 ok "the guard refused $POD's sandbox while 00-multus.conf was missing (pod Pending)"

@@ -31,6 +31,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
 
 LAYOUT=${1:-}
 GUARD=${2:-}
@@ -61,13 +63,14 @@ fail() { echo "k8s churn: FAIL: $*" >&2; exit 1; }
 # --- the node in the asked layout ----------------------------------------------------------------
 matches() {
   scripts/cluster.sh status >/dev/null 2>&1 || return 1
-  local orig=0 g=0 master want_master=
+  local orig=0 g=0 master want_master
   [ -e "$NODE/etc/cni/net.d/05-cilium.conflist" ] && orig=1
   "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1 && g=1
-  # Multus's master as cluster.sh sets it for this layout (autoconfig.sh leaves it on auto).
-  [ "$CL" = before-fix ] && [ "$CG" = 1 ] && want_master=05-cilium.conflist
+  # Multus's master as cluster.sh renders it for this layout (autoconfig.sh leaves it on auto).
+  want_master=$(CLUSTER_LAYOUT=$CL CLUSTER_GUARD=$CG scripts/cluster.sh manifest multus.yaml |
+    grep -o '"multusMasterCNI": *"[^"]*"') || return 1
   master=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}' 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin).get("multusMasterCNI", ""))' 2>/dev/null) || return 1
+    grep -o '"multusMasterCNI": *"[^"]*"') || return 1
   [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ]
 }
 t_up=$SECONDS
@@ -119,18 +122,9 @@ multus_image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.s
 multus_version=${multus_image##*:}
 
 # --- observers -----------------------------------------------------------------------------------
-# The node's Ready condition, polled about once a second: "ms status" per answered poll.
-# Observers stop with this script even if it is SIGKILLed (kill -0 $$), and hold neither the
-# caller's lock (fd 9) nor its stdout. A failed kubectl call is no verdict: it is skipped.
-(
-  while kill -0 $$ 2>/dev/null; do
-    if r=$("$K" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) &&
-       [ -n "$r" ]; then
-      echo "$(date +%s%3N) $r" >>"$W/ready-polls"
-    fi
-    sleep 1
-  done
-) >/dev/null 9>&- &
+# The node's Ready condition (lib.sh's poller). The observers below stop with this script too
+# (kill -0 $$) and hold neither the caller's lock (fd 9) nor its stdout.
+poll_status "$W/ready-polls" "$K" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'
 BG+=($!)
 
 # classify: every churn pod Running (and not being deleted) gets one verdict, full or bare.
@@ -257,14 +251,12 @@ classify
 # --- the numbers ---------------------------------------------------------------------------------
 for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
 BG=()
-touch "$W/class" "$W/ready-polls"
+touch "$W/class"
 awk '!seen[$1]++' "$W/class" >"$W/verdicts" # the first verdict of each pod
 pods=$(wc -l <"$W/verdicts")
 full=$(grep -c ' full$' "$W/verdicts" || true)
 bare=$(grep -c ' bare$' "$W/verdicts" || true)
-# Seconds NotReady: from each poll that saw Ready not True to the next poll (rounded up).
-notready=$(awk 'prev != "" && st != "True" { ms += $1 - prev } { prev = $1; st = $2 }
-  END { print int((ms + 999) / 1000) }' "$W/ready-polls")
+notready=$(seconds_not_true "$W/ready-polls")
 # Pod deletions whose sandbox teardown failed: the sandboxes of the pods delete_some deleted that
 # appear in kubelet's "failed to destroy network for sandbox" lines (the pod worker names the pod,
 # the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose

@@ -26,6 +26,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
 
 MODE=${1:-}
 case "$MODE" in no-guard | guard | guard-socket) ;; *) echo "usage: $0 no-guard|guard|guard-socket" >&2; exit 2 ;; esac
@@ -120,18 +122,9 @@ for _ in $(seq 60); do [ -s "$NODE/etc/cni/net.d/00-multus.conf" ] && accepts "$
 accepts "$SOCK" || fail "Multus's socket $SOCK does not accept connections before the crash"
 [ -n "$(daemon_pids)" ] || fail "no multus-daemon process of the node"
 
-# The guard's readiness, polled about once a second ("ms status" per answered poll); it stops
-# with this script and holds neither a caller's lock (fd 9) nor its stdout.
+# The guard's readiness (lib.sh's poller).
 if [ "$MODE" != no-guard ]; then
-  (
-    while kill -0 $$ 2>/dev/null; do
-      if r=$("$K" -n cni-guard get pod -l "$SEL" -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) &&
-         [ -n "$r" ]; then
-        echo "$(date +%s%3N) $r" >>"$W/guard-polls"
-      fi
-      sleep 1
-    done
-  ) >/dev/null 9>&- &
+  poll_status "$W/guard-polls" "$K" -n cni-guard get pod -l "$SEL" -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}'
   WATCH=$!
 fi
 
@@ -183,10 +176,7 @@ notready=- again=-
 if [ -n "${WATCH:-}" ]; then
   kill "$WATCH" 2>/dev/null || true
   WATCH=
-  # Seconds not Ready: from each poll that saw Ready not True to the next poll (rounded up).
-  touch "$W/guard-polls"
-  notready=$(awk 'prev != "" && st != "True" { ms += $1 - prev } { prev = $1; st = $2 }
-    END { print int((ms + 999) / 1000) }' "$W/guard-polls")
+  notready=$(seconds_not_true "$W/guard-polls")
   # The probe must see the new daemon's socket too.
   "$K" -n cni-guard wait --for=condition=Ready pod -l "$SEL" --timeout=60s >/dev/null ||
     fail "the guard's pod is not Ready 60 s after $POD was"

@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::files::{conf_files_before, is_conf_name, under_root, write_atomically, Written};
 use super::spec::{GuardFile, SPEC_FLAGS_HELP};
@@ -40,8 +41,8 @@ Metrics (off unless --metrics-address is given):
     )
 }
 
-/// How often the keeper checks readiness and counts new events while serving metrics.
-const METRICS_TICK_MS: i32 = 1000;
+/// How often the metrics thread checks readiness and counts new events.
+const METRICS_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Events that can change what the guard's file holds, or tell that the folder went away.
 const WATCH_MASK: u32 = libc::IN_CREATE
@@ -94,16 +95,16 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         .map_err(|e| Error::new(Kind::Io, format!("watching {}: {e}", keeper.dir.display())))?;
 
     let mut pending = !keeper.ensure("wrote");
-    let mut metrics = match &metrics_address {
-        None => None,
-        Some(address) => Some(Metrics::start(
+    // Served on a thread of its own: the loop below never waits on a network peer.
+    if let Some(address) = &metrics_address {
+        Metrics::start(
             address,
             under_root(host_root.as_deref(), &spec.cache_dir()),
             keeper.path.clone(),
             host_root.clone(),
             cni_path.clone(),
-        )?),
-    };
+        )?;
+    }
 
     let mut warned = BTreeSet::new();
     keeper.warn_about_earlier_configs(&mut warned);
@@ -114,23 +115,9 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     ));
 
     loop {
-        let timeout = match (pending, &metrics) {
-            (true, _) => RETRY_MS,
-            (false, Some(_)) => METRICS_TICK_MS,
-            (false, None) => -1,
-        };
-        let mut fds = vec![signals.as_fd(), watch.as_fd()];
-        if let Some(m) = &metrics {
-            fds.push(m.server.as_fd());
-        }
-        let ready =
-            wait_readable(&fds, timeout).map_err(|e| Error::new(Kind::Io, format!("poll: {e}")))?;
-        if let Some(m) = &mut metrics {
-            m.tick();
-            if ready[2] {
-                m.serve();
-            }
-        }
+        let timeout = if pending { RETRY_MS } else { -1 };
+        let ready = wait_readable(&[signals.as_fd(), watch.as_fd()], timeout)
+            .map_err(|e| Error::new(Kind::Io, format!("poll: {e}")))?;
         if ready[0] {
             if let Some(signo) = signals
                 .take()
@@ -180,10 +167,10 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     }
 }
 
-/// `keep --metrics-address`: the collector of the node's events and the server of `/metrics`.
+/// `keep --metrics-address`: the collector of the node's events and the server of `/metrics`,
+/// on a thread of their own. What is counted and checked is shared with the connection threads.
 struct Metrics {
     collector: crate::metrics::Collector,
-    server: crate::metrics::server::Server,
     /// The conflist keep writes, checked as `check` checks it.
     config: PathBuf,
     host_root: Option<PathBuf>,
@@ -191,13 +178,16 @@ struct Metrics {
 }
 
 impl Metrics {
+    /// Binds `address` and starts the metrics thread. Fails (and keep with it) only when the
+    /// events file or the address cannot be had.
     fn start(
         address: &str,
         cache_dir: PathBuf,
         config: PathBuf,
         host_root: Option<PathBuf>,
         cni_path: Option<OsString>,
-    ) -> Result<Metrics> {
+    ) -> Result<()> {
+        use crate::metrics::server::{Answer, Reply, Server};
         let collector = crate::metrics::Collector::start(&cache_dir).map_err(|e| {
             Error::new(
                 Kind::Io,
@@ -207,7 +197,7 @@ impl Metrics {
                 ),
             )
         })?;
-        let server = crate::metrics::server::Server::bind(address).map_err(|e| {
+        let server = Server::bind(address).map_err(|e| {
             Error::new(
                 Kind::Io,
                 format!("metrics: cannot listen on {address}: {e}"),
@@ -216,19 +206,48 @@ impl Metrics {
         let bound = server
             .local_addr()
             .map_or_else(|_| address.to_owned(), |a| a.to_string());
-        log(&format!(
-            "serving metrics on http://{bound}/metrics (events from {})",
-            cache_dir.join(crate::metrics::events::FILE).display()
-        ));
         let mut m = Metrics {
             collector,
-            server,
             config,
             host_root,
             cni_path,
         };
         m.tick();
-        Ok(m)
+        let shared = Arc::new(Mutex::new(m));
+        let answer: Answer = {
+            let shared = Arc::clone(&shared);
+            Arc::new(move |_, path| {
+                if path != "/metrics" {
+                    return Reply {
+                        status: "404 Not Found",
+                        content_type: "text/plain; charset=utf-8",
+                        body: "see /metrics\n".to_owned(),
+                    };
+                }
+                let mut m = lock(&shared);
+                m.tick();
+                Reply {
+                    status: "200 OK",
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: m.collector.render(std::time::Instant::now()),
+                }
+            })
+        };
+        std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || loop {
+                let readable = crate::sys::poll_readable(&[server.as_fd()], Some(METRICS_TICK));
+                lock(&shared).tick();
+                if readable.is_ok_and(|r| r[0]) {
+                    server.accept_pending(&answer);
+                }
+            })
+            .map_err(|e| Error::new(Kind::Io, format!("metrics: cannot start a thread: {e}")))?;
+        log(&format!(
+            "serving metrics on http://{bound}/metrics (events from {})",
+            cache_dir.join(crate::metrics::events::FILE).display()
+        ));
+        Ok(())
     }
 
     /// Counts new events and checks readiness.
@@ -244,26 +263,14 @@ impl Metrics {
         self.collector
             .observe_ready(ready, std::time::Instant::now());
     }
+}
 
-    fn serve(&mut self) {
-        self.tick();
-        let body = self.collector.render(std::time::Instant::now());
-        self.server.serve_pending(&mut |_, path| {
-            if path == "/metrics" {
-                crate::metrics::server::Reply {
-                    status: "200 OK",
-                    content_type: "text/plain; version=0.0.4; charset=utf-8",
-                    body: body.clone(),
-                }
-            } else {
-                crate::metrics::server::Reply {
-                    status: "404 Not Found",
-                    content_type: "text/plain; charset=utf-8",
-                    body: "see /metrics\n".to_owned(),
-                }
-            }
-        });
-    }
+/// The shared metrics state; a thread that panicked holding it has ended the process already
+/// (panic = abort), so a poisoned lock is taken as it is.
+fn lock(shared: &Mutex<Metrics>) -> std::sync::MutexGuard<'_, Metrics> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct Keeper {
@@ -323,5 +330,5 @@ impl Keeper {
 }
 
 fn log(line: &str) {
-    eprintln!("cni-guard keep: {line}");
+    crate::log::to_stderr(&format!("cni-guard keep: {line}"));
 }

@@ -1,5 +1,8 @@
 //! One line per invocation to syslog (`/dev/log`), or to stderr when there is no syslog socket.
 //! stdout is reserved for the CNI reply.
+//!
+//! Best effort on every path: a line neither syslog nor stderr takes at once is dropped, and
+//! nothing here can fail, wait or panic, so a verb's reply never depends on its log.
 
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -14,8 +17,18 @@ pub enum Level {
 pub fn emit(level: Level, line: &str) {
     let socket = std::env::var_os("CNI_GUARD_SYSLOG").unwrap_or_else(|| "/dev/log".into());
     if !send(Path::new(&socket), level, line) {
-        eprintln!("cni-guard: {line}");
+        to_stderr(&format!("cni-guard: {line}"));
     }
+}
+
+/// One line on stderr, written without waiting; dropped if stderr does not take it (full,
+/// closed, or a full disk). `eprintln!` would panic there instead.
+pub fn to_stderr(line: &str) {
+    use std::os::fd::AsFd;
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    crate::sys::write_nowait(std::io::stderr().as_fd(), &bytes);
 }
 
 /// Sends one datagram to the syslog socket without ever waiting: a syslog daemon that is slow

@@ -156,6 +156,23 @@ pub fn write_best_effort(fd: impl AsFd, mut data: &[u8]) {
     }
 }
 
+/// Writes `data` to `fd` without ever waiting, ignoring failures: a log line on stderr, which
+/// may be a full pipe, a closed one or a full disk. `O_NONBLOCK` is set on the descriptor for
+/// the write and put back after it; the flag belongs to the open file description, which a
+/// runtime's stderr pipe shares with no other writer while the guard runs.
+pub fn write_nowait(fd: BorrowedFd<'_>, data: &[u8]) {
+    let Ok(bits) = fcntl(fd, FcntlArg::F_GETFL) else {
+        return;
+    };
+    let flags = OFlag::from_bits_retain(bits);
+    let toggled = !flags.contains(OFlag::O_NONBLOCK)
+        && fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).is_ok();
+    write_best_effort(fd, data);
+    if toggled {
+        let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+    }
+}
+
 /// Whether something listens on the unix stream socket at `path`: a non-blocking connect, closed
 /// at once. A full backlog (`EAGAIN`) means a listener is there, busy: that counts as accepting.
 pub fn unix_socket_accepts(path: &Path) -> io::Result<()> {

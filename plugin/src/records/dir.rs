@@ -59,10 +59,14 @@ pub(super) fn check_dir(path: &Path, meta: &DirMeta) -> Result<()> {
             meta.uid
         ));
     }
-    if meta.mode & 0o002 != 0 {
-        return refuse("is writable by others");
+    // Whoever can write here can plant a record whose delegate DEL then runs as the guard's
+    // user (root): group members included.
+    match meta.mode & 0o022 {
+        0 => Ok(()),
+        0o020 => refuse("is writable by its group"),
+        0o002 => refuse("is writable by others"),
+        _ => refuse("is writable by others and by its group"),
     }
-    Ok(())
 }
 
 pub(super) fn dir_open_error(path: &Path, e: &io::Error) -> Error {

@@ -4,7 +4,8 @@
 //! Layout:
 //!
 //! ```text
-//! <cacheDir>/                             0700, a real directory owned by the guard's user
+//! <cacheDir>/                             0700, a real directory owned by the guard's user,
+//!                                         writable by nobody else (group included)
 //!   <network>/                            0700, one per guard network name
 //!     <containerID>:<ifname>.json         0600, one record per attachment (empty while locked
 //!                                         for an attachment that has no record yet)
@@ -71,7 +72,7 @@ pub struct Store {
 
 impl Store {
     /// Opens `<cache_dir>/<network>`, creating both as needed. Refuses a cache dir that is a
-    /// symlink, not a directory, owned by another user, or writable by others.
+    /// symlink, not a directory, owned by another user, or writable by its group or others.
     pub fn create(cache_dir: &Path, network: &str, lock_wait: Duration) -> Result<Store> {
         let dir = cache_dir.join(network);
         Self::open(cache_dir, network, lock_wait, true)?
@@ -252,6 +253,30 @@ impl Store {
             // A read-only cache dir without this record: nothing to read, nothing to lock.
             return Ok(None);
         };
+        // Trusted only if only the guard's user could have written it: a record names the
+        // delegate that DEL runs as that user.
+        let st = at::fstat(&lock.fd).map_err(|e| io_error(&path, "examine record", &e))?;
+        let euid = sys::geteuid();
+        if st.st_uid != euid {
+            return Err(Error::new(
+                Kind::Io,
+                format!(
+                    "record {} is owned by uid {}, not by the guard's uid {euid}: not trusted",
+                    path.display(),
+                    st.st_uid
+                ),
+            ));
+        }
+        if st.st_mode & 0o022 != 0 {
+            return Err(Error::new(
+                Kind::Io,
+                format!(
+                    "record {} is writable by group or others (mode {:o}): not trusted",
+                    path.display(),
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
         // The lock is on the record's own inode: read through it.
         let mut bytes = Vec::new();
         at::pread_all(&lock.fd, MAX_RECORD_BYTES, &mut bytes)

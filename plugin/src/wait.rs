@@ -1,16 +1,22 @@
 //! Waiting for a not-ready network to become ready, up to `waitSeconds`: woken by inotify when a
-//! file arrives (by creation or by rename, as atomic writers do) or changes, never by a polling
-//! timer, and never past the deadline.
+//! file arrives (by creation or by rename, as atomic writers do) or changes, and never past the
+//! deadline. One thing raises no inotify event: a daemon that has bound its socket (the file
+//! appears) but does not listen yet. While a socket file is there and refuses connections, the
+//! wait also re-polls, with a short backoff ([`SOCKET_POLL_FIRST`] doubling to
+//! [`SOCKET_POLL_MAX`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::GuardConfig;
-use crate::readiness::{self, Item, Report};
+use crate::readiness::{self, Item, Precondition, Report};
 use crate::sys::{Inotify, DIR_CHANGES};
 
 /// Fallback step when inotify itself is unavailable (out of instances or watches).
 const FALLBACK_STEP: Duration = Duration::from_millis(50);
+/// The first re-poll of a socket that is there but refuses, and the longest one.
+const SOCKET_POLL_FIRST: Duration = Duration::from_millis(10);
+const SOCKET_POLL_MAX: Duration = Duration::from_millis(200);
 
 /// Checks readiness, waiting up to `cfg.wait` for it. Returns the last report.
 pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
@@ -23,6 +29,7 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     // One instance for the whole wait: adding a watch again is harmless, and every instance
     // dropped would cost a close.
     let inotify = Inotify::with_background_close().ok();
+    let mut socket_poll = SOCKET_POLL_FIRST;
     loop {
         let watching = inotify
             .as_ref()
@@ -34,19 +41,33 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
         if done(&report) || left.is_zero() {
             return report;
         }
+        let step = if socket_bound_not_listening(&report) {
+            let step = socket_poll;
+            socket_poll = (socket_poll * 2).min(SOCKET_POLL_MAX);
+            left.min(step)
+        } else {
+            left
+        };
         match (&inotify, watching) {
             (Some(w), true) => {
-                if w.wait(left).is_err() {
-                    std::thread::sleep(left.min(FALLBACK_STEP));
+                if w.wait(step).is_err() {
+                    std::thread::sleep(step.min(FALLBACK_STEP));
                 }
             }
-            _ => std::thread::sleep(left.min(FALLBACK_STEP)),
+            _ => std::thread::sleep(step.min(FALLBACK_STEP)),
         }
     }
 }
 
 fn done(report: &Report) -> bool {
     report.ready() || report.failures().any(Item::fatal)
+}
+
+/// A socket precondition fails although its file is there: bound, not (yet) listening.
+fn socket_bound_not_listening(report: &Report) -> bool {
+    report
+        .failures()
+        .any(|i| i.what == Precondition::Socket && i.path.exists())
 }
 
 /// Watches the directories that matter, or the nearest ancestor that exists. False when some

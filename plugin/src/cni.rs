@@ -319,9 +319,10 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 }
 
 /// DEL: never refused for a missing delegate. Tears down with the configuration recorded at
-/// ADD; without a record, with the current delegate if there is a usable one; else nothing.
-/// Fails (11) only when another process holds the attachment past `lockWaitSeconds`: then
-/// nothing was torn down, and the runtime retries.
+/// ADD; without a record, with the current delegate when ADD would run it now; else nothing.
+/// Fails (11), tearing nothing down, when another process holds the attachment past
+/// `lockWaitSeconds` or a plugin the record names has no binary in CNI_PATH: the runtime
+/// retries.
 fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let mut store = match Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait) {
         Ok(s) => s,
@@ -368,15 +369,15 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 enum Teardown {
     /// The delegate as it was at ADD, from the attachment's record.
     Recorded(NetworkConfig),
-    /// No usable record: the current delegate, which can run.
+    /// No usable record: the current delegate, on which ADD would proceed now.
     Current(NetworkConfig),
-    /// No record and no runnable delegate: nothing the guard made can be undone.
+    /// No record, and ADD would refuse now: nothing the guard made can be undone.
     Nothing,
 }
 
 /// Which configuration tears the attachment down: its record when there is a usable one (the
 /// attachment stays locked in `store` until the DEL is done); otherwise the current delegate if
-/// it could run at all. Fails only when another process holds the attachment past
+/// ADD would run it now. Fails only when another process holds the attachment past
 /// `lockWaitSeconds`: then nothing is torn down and the runtime retries.
 fn teardown_config(
     req: &Request,
@@ -409,12 +410,22 @@ fn teardown_config(
         }
     }
     // No record: the guard never ran this attachment's ADD (it records first), so the current
-    // delegate is only tried when it could run at all. A delegate that is missing, half-written
-    // or short of a plugin binary means there is nothing to undo, and a runtime's DEL after a
-    // refused ADD must succeed.
-    Ok(match NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
-        Ok(list) if delegate::binaries_present(&list, &req.cni_path) => Teardown::Current(list),
-        _ => Teardown::Nothing,
+    // delegate runs only when ADD would run it now: every precondition holds (the delegate and
+    // attachments valid, every plugin binary there, every socket accepting). Otherwise there is
+    // nothing the guard made to undo, and the runtime's DEL right after a refused ADD must
+    // succeed without calling a delegate the guard just declared unusable (a multus-shim whose
+    // daemon is dead).
+    let report = readiness::check(cfg, &req.cni_path);
+    Ok(match (report.error(), report.delegate) {
+        (None, Some(list)) => Teardown::Current(list),
+        (refusal, _) => {
+            let why = refusal.map_or_else(|| "no delegate".to_owned(), |e| e.msg().to_owned());
+            ctx.warnings.push(format!(
+                "DEL of {}/{}: no record, and ADD would refuse now ({why}): the delegate is not run",
+                req.container_id, req.ifname
+            ));
+            Teardown::Nothing
+        }
     })
 }
 
@@ -471,17 +482,9 @@ fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     require_1_1(cfg, "GC")?;
     let valid = cfg.valid_attachments.clone();
-    let valid_json = match &valid {
-        Some(v) => Value::Array(
-            v.iter()
-                .map(|(id, ifname)| serde_json::json!({"containerID": id, "ifname": ifname}))
-                .collect(),
-        ),
-        None => Value::Array(Vec::new()),
-    };
     let mut errors = Vec::new();
     if let Ok(list) = NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
-        errors.extend(delegate::gc(&list, cfg, &req.cni_path, &valid_json));
+        errors.extend(delegate::gc(&list, cfg, &req.cni_path));
     }
     match Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait) {
         Ok(Some(mut store)) => {

@@ -351,6 +351,20 @@ impl Entry {
         let runtime_config = object("runtimeConfig", self.runtime_config)?.unwrap_or_default();
         let prev_result = object("prevResult", self.prev_result)?.map(Value::Object);
         let args = object("args", self.args)?;
+        // GC forwards the runtime's lists exactly as sent (libcni sends both names; a runtime
+        // that sends none asks for nothing to be kept, and the delegate is told nothing).
+        let gc_attachments = [
+            ("cni.dev/valid-attachments", &self.valid_attachments),
+            ("cni.dev/attachments", &self.gc_attachments),
+        ]
+        .into_iter()
+        .filter_map(|(key, field)| match field {
+            Field::Absent => None,
+            Field::Null => Some((key, Value::Null)),
+            Field::Is(items) => Some((key, Value::Array(items.clone()))),
+            Field::Wrong(v) => Some((key, v.clone())),
+        })
+        .collect();
         let valid_attachments = valid_attachments(if self.valid_attachments.is_absent() {
             self.gc_attachments
         } else {
@@ -373,6 +387,7 @@ impl Entry {
             prev_result,
             args,
             valid_attachments,
+            gc_attachments,
         })
     }
 }
@@ -403,6 +418,8 @@ pub struct GuardConfig {
     pub args: Option<Map<String, Value>>,
     /// GC's list of attachments that are still valid, as `(containerID, ifname)`.
     pub valid_attachments: Option<Vec<(String, String)>>,
+    /// GC's attachment keys as the runtime sent them (either name, or both), for the delegate.
+    pub gc_attachments: Vec<(&'static str, Value)>,
 }
 
 /// JSON's insignificant whitespace, which may come before the opening brace.

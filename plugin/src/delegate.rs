@@ -8,9 +8,19 @@
 //! already run, in reverse, the failing one included), as Multus rolls back its delegates,
 //! because the runtime sees only the guard and a half-made attachment must not wait for a DEL
 //! that a runtime like cnitool never sends.
+//!
+//! **One deadline per verb.** `delegateTimeoutSeconds` bounds all of a verb's plugin runs
+//! together, a failed ADD's rollback included, counted from the first plugin's start (the
+//! runtime gives the whole sandbox a deadline of its own: kubelet's RunPodSandbox is four
+//! minutes, and bounds that add up per plugin would pass it, so the runtime would kill the guard
+//! mid-rollback and the error naming the plugin would never arrive). ADD's plugins get the first
+//! three quarters ([`Deadline::forward`]); the rollback always has the last quarter. Where every
+//! plugin must get its chance, DEL, the rollback and GC, each plugin gets an equal share of the
+//! time that is left ([`Deadline::share`]), so one that hangs cannot take the others' time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
@@ -72,6 +82,71 @@ pub fn build_config(
     serde_json::to_vec(&conf).expect("JSON values always serialize")
 }
 
+/// The deadline of one verb's delegate work: `delegateTimeoutSeconds` from its start.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    start: Instant,
+    whole: Duration,
+}
+
+impl Deadline {
+    pub fn start(guard: &GuardConfig) -> Deadline {
+        Deadline {
+            start: Instant::now(),
+            whole: guard.delegate_timeout,
+        }
+    }
+
+    /// The end of everything: the verb's plugins, and for ADD its rollback.
+    pub fn end(&self) -> Instant {
+        self.start + self.whole
+    }
+
+    /// Where ADD's own plugins must be done: three quarters in, so the rollback has the rest.
+    pub fn forward(&self) -> Instant {
+        self.start + self.whole.mul_f64(0.75)
+    }
+
+    /// The deadline of the next of `left` plugins that must each get their chance: an equal share
+    /// of the time left before `until`.
+    fn share(until: Instant, left: usize) -> Instant {
+        let now = Instant::now();
+        let rest = until.saturating_duration_since(now);
+        now + rest / u32::try_from(left.max(1)).unwrap_or(u32::MAX)
+    }
+}
+
+/// Runs one plugin for `verb` until `until`; past it the plugin's group is killed and the error
+/// says how much of `delegateTimeoutSeconds` it had.
+fn run_bounded(
+    binary: &Path,
+    verb: Command,
+    conf: &[u8],
+    deadline: &Deadline,
+    until: Instant,
+) -> Result<Vec<u8>> {
+    let had = until.saturating_duration_since(Instant::now());
+    let whole = deadline.whole;
+    invoke::run_until(binary, verb, conf, until, || {
+        Error::new(
+            Kind::TimedOut,
+            format!(
+                "plugin {} did not finish its {} within {}s and was killed (delegateTimeoutSeconds {}s bounds all of the verb's plugin runs, rollback included)",
+                binary.display(),
+                verb.as_str(),
+                seconds(had),
+                seconds(whole)
+            ),
+        )
+    })
+}
+
+/// Seconds with at most three decimals and no trailing zeros: `0.75`, `1`.
+fn seconds(d: Duration) -> String {
+    let s = format!("{:.3}", d.as_secs_f64());
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 /// When the delegate is one plugin speaking the guard's cniVersion, its output needs no
 /// conversion: the guard can exec it and cost the pod one exec. Returns the binary and stdin.
 pub fn exec_plan(
@@ -105,16 +180,17 @@ pub fn add(
         .transpose()
         .map_err(|e| (e, true))?
         .flatten();
+    let deadline = Deadline::start(guard);
     for (i, plugin) in list.plugins.iter().enumerate() {
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-            let out = invoke::run(&binary, Command::Add, &conf, guard.delegate_timeout)?;
+            let out = run_bounded(&binary, Command::Add, &conf, &deadline, deadline.forward())?;
             parse_result(&out, &binary, &list.cni_version)
         });
         match step {
             Ok(result) => prev = Some(result),
             Err(e) => {
-                let rolled_back = rollback(list, guard, cni_path, i, prev.as_ref());
+                let rolled_back = rollback(list, guard, cni_path, i, prev.as_ref(), &deadline);
                 return Err((e, rolled_back));
             }
         }
@@ -136,20 +212,24 @@ pub fn add(
     })
 }
 
+/// DEL on the plugins run so far, in reverse, the failing one included, each with an equal
+/// share of what is left of the verb's deadline.
 fn rollback(
     list: &NetworkConfig,
     guard: &GuardConfig,
     cni_path: &[PathBuf],
     failed: usize,
     prev: Option<&Value>,
+    deadline: &Deadline,
 ) -> bool {
     // As the list's own DEL: no prevResult for versions whose DEL has none.
     let prev = prev.filter(|_| list.version().has_cached_result());
     let mut clean = true;
-    for plugin in list.plugins[..=failed].iter().rev() {
+    for (done, plugin) in list.plugins[..=failed].iter().rev().enumerate() {
+        let until = Deadline::share(deadline.end(), failed + 1 - done);
         let ok = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev, &[]);
-            invoke::run(&binary, Command::Del, &conf, guard.delegate_timeout).map(drop)
+            run_bounded(&binary, Command::Del, &conf, deadline, until).map(drop)
         });
         clean &= ok.is_ok();
     }
@@ -158,12 +238,16 @@ fn rollback(
 
 /// DEL through every plugin in reverse, each given the runtime's prevResult (libcni's cached
 /// final result) in the delegate's version, where that version has DEL prevResults.
+/// Each plugin gets an equal share of what is left of the verb's deadline.
 pub fn del(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
     let prev = cached_result(list, guard)?;
-    for plugin in list.plugins.iter().rev() {
+    let deadline = Deadline::start(guard);
+    let n = list.plugins.len();
+    for (done, plugin) in list.plugins.iter().rev().enumerate() {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        invoke::run(&binary, Command::Del, &conf, guard.delegate_timeout)?;
+        let until = Deadline::share(deadline.end(), n - done);
+        run_bounded(&binary, Command::Del, &conf, &deadline, until)?;
     }
     Ok(())
 }
@@ -172,10 +256,11 @@ pub fn del(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> R
 /// The caller has excluded versions before 0.4.0 and `disableCheck`.
 pub fn check(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
     let prev = cached_result(list, guard)?;
+    let deadline = Deadline::start(guard);
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        invoke::run(&binary, Command::Check, &conf, guard.delegate_timeout)?;
+        run_bounded(&binary, Command::Check, &conf, &deadline, deadline.end())?;
     }
     Ok(())
 }
@@ -209,32 +294,24 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     Ok(())
 }
 
-/// GC through every plugin, continuing past failures; returns every error.
-pub fn gc(
-    list: &NetworkConfig,
-    guard: &GuardConfig,
-    cni_path: &[PathBuf],
-    valid: &Value,
-) -> Vec<Error> {
+/// GC through every plugin, continuing past failures (each with an equal share of what is left
+/// of the verb's deadline); returns every error. The attachment lists go to each plugin as the
+/// runtime sent them, under the names it used: a runtime that sent none tells the delegate
+/// nothing (an empty list would tell it that nothing is valid).
+pub fn gc(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Vec<Error> {
     if !list.version().has_status_and_gc() || list.disable_gc {
         return Vec::new();
     }
+    let forwarded: Vec<(&str, &Value)> =
+        guard.gc_attachments.iter().map(|(k, v)| (*k, v)).collect();
+    let deadline = Deadline::start(guard);
+    let n = list.plugins.len();
     let mut errors = Vec::new();
-    for plugin in &list.plugins {
+    for (done, plugin) in list.plugins.iter().enumerate() {
+        let until = Deadline::share(deadline.end(), n - done);
         let step = find(plugin, cni_path).and_then(|binary| {
-            let conf = build_config(
-                plugin,
-                list,
-                guard,
-                None,
-                // libcni sends both names (the second for plugins written against 1.1.0's
-                // first draft).
-                &[
-                    ("cni.dev/valid-attachments", valid),
-                    ("cni.dev/attachments", valid),
-                ],
-            );
-            invoke::run(&binary, Command::Gc, &conf, guard.delegate_timeout).map(drop)
+            let conf = build_config(plugin, list, guard, None, &forwarded);
+            run_bounded(&binary, Command::Gc, &conf, &deadline, until).map(drop)
         });
         if let Err(e) = step {
             errors.push(e);
@@ -262,12 +339,6 @@ fn to_version(result: &Value, from: &str, target: &str) -> Result<Option<Value>>
     convert_result(result, from, target)
         .map(Some)
         .map_err(|e| Error::new(Kind::BadInput, format!("invalid prevResult: {}", e.msg())))
-}
-
-/// Whether every plugin of the list can be found in CNI_PATH.
-pub fn binaries_present(list: &NetworkConfig, cni_path: &[PathBuf]) -> bool {
-    list.types()
-        .all(|t| invoke::find_plugin(t, cni_path).is_ok())
 }
 
 fn find(plugin: &Map<String, Value>, cni_path: &[PathBuf]) -> Result<PathBuf> {

@@ -256,11 +256,10 @@ fn hangs_as_a_child_is_killed_at_the_bound_and_rolled_back() {
     let conf = fx.guard(json!({}));
     let add = fx.run("ADD", "c1", &conf);
     let e = add.error(999);
+    let msg = e["msg"].as_str().unwrap();
     assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains("did not finish within 1s"),
+        msg.contains("second did not finish its ADD within")
+            && msg.contains("delegateTimeoutSeconds 1s"),
         "{e}"
     );
     add.prompt("hang (child): ADD");

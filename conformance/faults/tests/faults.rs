@@ -558,7 +558,7 @@ fn misbehaving_delegates() {
                 reply["msg"]
                     .as_str()
                     .unwrap()
-                    .contains("did not finish within 1s"),
+                    .contains("did not finish its ADD within"),
                 "hang-bounded: {reply}"
             );
             let delegate_pid: i32 = std::fs::read_to_string(&pidfile)

@@ -223,6 +223,52 @@ mod add {
         assert_eq!(fx.calls(), ["multus-shim ADD"]);
     }
 
+    /// A daemon binds its socket and listens a moment later: bind raises an inotify event,
+    /// listen none, so ADD must re-poll a socket that exists but refuses, not sleep its whole
+    /// `waitSeconds`.
+    #[test]
+    fn a_socket_bound_before_it_listens_is_re_polled() {
+        use std::os::fd::AsRawFd;
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let sock = fx.path("multus.sock");
+        let conf = fx.guard("1.1.0", json!({"sockets": [sock], "waitSeconds": 30}));
+        let daemon = {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                use nix::sys::socket::{
+                    bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+                };
+                // Let the guard start waiting on a missing socket first.
+                std::thread::sleep(Duration::from_millis(300));
+                let fd = socket(
+                    AddressFamily::Unix,
+                    SockType::Stream,
+                    SockFlag::empty(),
+                    None,
+                )
+                .unwrap();
+                bind(fd.as_raw_fd(), &UnixAddr::new(&sock).unwrap()).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                listen(&fd, Backlog::new(8).unwrap()).unwrap();
+                // Keep it open until the guard is done.
+                std::thread::sleep(Duration::from_secs(20));
+                drop(fd);
+            })
+        };
+        let start = Instant::now();
+        fx.run("ADD", &conf).ok();
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(15),
+            "ADD took {took:?} of its 30 s wait: a bound-then-listening socket was not re-polled"
+        );
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+        drop(daemon);
+    }
+
     #[test]
     fn refuses_a_half_written_delegate() {
         let fx = Fx::new();
@@ -668,6 +714,35 @@ mod del {
         assert!(fx.calls().is_empty());
     }
 
+    /// The runtime's DEL right after a refusal: the delegate's binary is there, but ADD refused
+    /// (its daemon's socket is dead), so DEL must not call it, and says why in the log.
+    #[test]
+    fn after_a_refusal_for_a_dead_socket_del_runs_nothing_and_says_so() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        let sock = fx.path("multus.sock");
+        let conf = fx.guard("1.0.0", json!({"sockets": [sock]}));
+        fx.run("ADD", &conf).error(11);
+        let r = fx.run("DEL", &conf);
+        r.ok();
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+        assert!(
+            r.stderr.contains("no record, and ADD would refuse now")
+                && r.stderr.contains("multus.sock"),
+            "{}",
+            r.stderr
+        );
+        // A missing attachment, the same.
+        let conf = fx.guard(
+            "1.0.0",
+            json!({"attachments": [fx.path("net.d/05-cilium.conflist")]}),
+        );
+        fx.run("ADD", &conf).error(11);
+        fx.run("DEL", &conf).ok();
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+    }
+
     #[test]
     fn without_record_the_current_delegate_is_used() {
         let fx = Fx::new();
@@ -904,6 +979,34 @@ mod status_and_gc {
         assert_eq!(files, ["keep1:eth0.json"]);
     }
 
+    /// A runtime that sends no attachment list tells the delegate nothing: neither key is
+    /// invented (an empty list would tell it that nothing is valid), and no record is removed.
+    #[test]
+    fn gc_without_an_attachment_list_forwards_none() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.1.0");
+        fx.answer("bridge", "ADD", &result("1.1.0", "10.1.0.2/24"), 0);
+        fx.run("ADD", &fx.guard("1.1.0", json!({}))).ok();
+        fx.run_env(
+            "GC",
+            &fx.guard("1.1.0", json!({})),
+            &[
+                ("CNI_CONTAINERID", None),
+                ("CNI_IFNAME", None),
+                ("CNI_NETNS", None),
+            ],
+        )
+        .ok();
+        let sent = fx.received("bridge", "GC");
+        assert!(
+            sent.get("cni.dev/valid-attachments").is_none()
+                && sent.get("cni.dev/attachments").is_none(),
+            "{sent}"
+        );
+        assert_eq!(fx.cache_files().len(), 1, "{:?}", fx.cache_files());
+    }
+
     #[test]
     fn gc_with_the_spec_key_and_no_delegate() {
         let fx = Fx::new();
@@ -934,6 +1037,85 @@ mod version {
             let reply = r.ok().json();
             assert_eq!(reply["cniVersion"], v);
             assert_eq!(reply["supportedVersions"], json!(VERSIONS));
+        }
+    }
+}
+
+/// Logging is best effort on every path: with no syslog socket and stderr full or a closed
+/// pipe, a verb that is done says so on stdout and exits 0.
+mod logging {
+    use super::harness::*;
+    use serde_json::json;
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+
+    fn run_with_stderr(
+        fx: &Fx,
+        verb: &str,
+        conf: &serde_json::Value,
+        stderr: Stdio,
+    ) -> (i32, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cni-guard"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("CNI_GUARD_SYSLOG", fx.path("no-syslog"))
+            .env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", "ctr1")
+            .env("CNI_NETNS", "/run/netns/test")
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", fx.path("bin"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(conf).unwrap())
+            .unwrap();
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let status = child.wait().unwrap();
+        (status.code().unwrap_or(-1), out)
+    }
+
+    #[test]
+    fn a_full_or_closed_stderr_never_fails_a_verb() {
+        let fx = Fx::new();
+        // DEL with nothing to tear down: the guard logs a line and, for a missing delegate,
+        // a warning; VERSION logs its line too.
+        let del = fx.guard("1.0.0", json!({}));
+        let version = json!({"cniVersion": "1.0.0"});
+        let stderrs: [(&str, &dyn Fn() -> Stdio); 2] = [
+            ("/dev/full", &|| {
+                Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open("/dev/full")
+                        .unwrap(),
+                )
+            }),
+            ("a closed pipe", &|| {
+                let (reader, writer) = nix::unistd::pipe().unwrap();
+                drop(reader);
+                Stdio::from(writer)
+            }),
+        ];
+        for (what, stderr) in stderrs {
+            let (code, out) = run_with_stderr(&fx, "DEL", &del, stderr());
+            assert_eq!((code, out.as_str()), (0, ""), "DEL with stderr {what}");
+            let (code, out) = run_with_stderr(&fx, "VERSION", &version, stderr());
+            assert_eq!(code, 0, "VERSION with stderr {what}: {out}");
+            let reply: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(reply["cniVersion"], "1.0.0", "{out}");
+            assert!(reply["supportedVersions"].is_array(), "{out}");
         }
     }
 }

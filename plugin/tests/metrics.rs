@@ -178,8 +178,20 @@ fn counts_refusals_execs_and_errors_and_reports_readiness() {
 
     // Not ready: ADD refused, counted with its reason.
     assert_eq!(node.cni("ADD", "c1"), 1);
-    std::thread::sleep(Duration::from_millis(1100));
-    let refusing = keep.scrape();
+    // keep folds events in and adds not-ready time once a second: scrape until both show.
+    let start = Instant::now();
+    let refusing = loop {
+        let text = keep.scrape();
+        let s = samples(&text);
+        if s.get(r#"cni_guard_decisions_total{verb="add",decision="refused"}"#) == Some(&1.0)
+            && s.get("cni_guard_not_ready_seconds_total")
+                .is_some_and(|v| *v >= 1.0)
+        {
+            break text;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     if let Some(out) = std::env::var_os("METRICS_SCRAPE_OUT") {
         std::fs::write(out, &refusing).unwrap();
     }
@@ -272,4 +284,64 @@ fn a_corrupt_or_unwritable_events_file_never_breaks_an_add() {
         assert_eq!(node.cni("ADD", &format!("x{i}")), 0, "case {i}");
         assert!(start.elapsed() < Duration::from_secs(5), "case {i}");
     }
+}
+
+/// The restore path never waits on a network peer: with one client trickling a request a byte
+/// at a time and several connected and silent, a deleted conflist comes back as fast as with
+/// none, while the trickler is still at it, and a scrape still answers.
+#[test]
+fn slow_and_idle_metrics_clients_never_delay_a_restore() {
+    let node = Node::new();
+    let keep = Keep::start(&node);
+    let conflist = node.path("net.d/00-cni-guard.conflist");
+    let expected = std::fs::read(&conflist).unwrap();
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&keep.addr).unwrap())
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickler = {
+        let (addr, stop) = (keep.addr.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // One byte every 0.4 s, reconnecting when cut off, until told to stop.
+            let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(mut s) = TcpStream::connect(&addr) else {
+                    return sent;
+                };
+                for b in request.iter().cycle() {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed)
+                        || s.write_all(&[*b]).is_err()
+                    {
+                        break;
+                    }
+                    sent += 1;
+                    std::thread::sleep(Duration::from_millis(400));
+                }
+            }
+            sent
+        })
+    };
+    // Let the trickler get its first bytes in, then take the file away.
+    std::thread::sleep(Duration::from_millis(900));
+    std::fs::remove_file(&conflist).unwrap();
+    let start = Instant::now();
+    while std::fs::read(&conflist).ok().as_deref() != Some(&expected[..]) {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the conflist was not restored within 3 s while a metrics client trickled"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    assert!(
+        !trickler.is_finished(),
+        "the trickler stopped before the restore"
+    );
+    eprintln!("restored after {took:?} with a trickling and 4 idle metrics clients");
+    // The service itself is still there for a well-behaved client.
+    assert!(samples(&keep.scrape()).contains_key("cni_guard_ready"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(trickler.join().unwrap() > 0);
+    drop(idle);
 }

@@ -40,7 +40,7 @@ Each command takes --help. Exit codes: 0 done or ready, 1 failed, refused or not
 pub fn run(args: Vec<OsString>) -> i32 {
     let mut args = args.into_iter();
     let Some(command) = args.next() else {
-        eprint!("{USAGE}");
+        crate::log::to_stderr(USAGE.trim_end());
         return 2;
     };
     let rest: Vec<OsString> = args.collect();
@@ -58,7 +58,9 @@ pub fn run(args: Vec<OsString>) -> i32 {
             0
         }
         other => {
-            eprintln!("cni-guard: unknown command {other:?}; see cni-guard --help");
+            crate::log::to_stderr(&format!(
+                "cni-guard: unknown command {other:?}; see cni-guard --help"
+            ));
             2
         }
     }
@@ -78,7 +80,7 @@ fn finish(command: &str, outcome: Result<i32>) -> i32 {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cni-guard {command}: {}", e.msg());
+            crate::log::to_stderr(&format!("cni-guard {command}: {}", e.msg()));
             e.exit_code()
         }
     }

@@ -233,14 +233,24 @@ fn no_lock_descriptor_reaches_a_childs_leftovers() {
     fx.plugin(
         "first",
         &format!(
-            "(ls -l /proc/self/fd/ >'{}'; sleep {LINGER}) &",
-            fds.display()
+            "(ls -l /proc/self/fd/ >'{fds}.part' && mv '{fds}.part' '{fds}'; sleep {LINGER}) &",
+            fds = fds.display()
         ),
     );
     fx.plugin("second", "");
     fx.delegate(&["first", "second"]);
     add_then_del_are_prompt(&fx, "child's leftover");
+    // The leftover runs on its own time: wait for its whole listing (renamed into place).
+    let start = Instant::now();
+    while !fds.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the leftover never listed its descriptors"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let listing = std::fs::read_to_string(&fds).unwrap();
+    assert!(listing.contains("/proc/"), "not a listing: {listing}");
     assert!(
         !listing.contains(fx.path("cache").to_str().unwrap()),
         "a record descriptor reached the leftover:\n{listing}"
@@ -384,5 +394,68 @@ fn a_status_that_hangs_is_cut_at_its_bound_and_answers_50_naming_it() {
     eprintln!(
         "STATUS with a hanging delegate answered in {:?}",
         status.took
+    );
+}
+
+/// `delegateTimeoutSeconds` bounds a verb's plugin runs together, rollback included: a
+/// two-plugin list run as children (cniVersion 0.3.1) whose second ADD hangs and whose DELs
+/// hang too ends in about one bound with the error naming the plugin, not one bound per run
+/// (three here). Past kubelet's deadline the runtime would kill the guard before that error.
+#[test]
+fn one_deadline_bounds_a_hanging_add_and_its_hanging_rollback() {
+    let fx = Fx::new();
+    let log = fx.path("calls.log");
+    for (ty, add) in [
+        (
+            "first",
+            "printf '%s' '{\"cniVersion\":\"0.3.1\",\"ips\":[]}'",
+        ),
+        ("second", "exec sleep 30"),
+    ] {
+        let p = fx.path("bin").join(ty);
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho \"{ty} $CNI_COMMAND $CNI_CONTAINERID\" >>'{}'\n\
+                 [ \"$CNI_COMMAND\" = DEL ] && exec sleep 30\n{add}\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let list = json!({"cniVersion":"0.3.1","name":"multus-net",
+        "plugins":[{"type":"first"},{"type":"second"}]});
+    std::fs::write(
+        fx.path("net.d/00-multus.conflist"),
+        serde_json::to_vec(&list).unwrap(),
+    )
+    .unwrap();
+    let mut conf: Value = serde_json::from_slice(&fx.guard(json!({}))).unwrap();
+    conf["delegateTimeoutSeconds"] = json!(2);
+    let add = fx.run("ADD", "c1", &serde_json::to_vec(&conf).unwrap());
+    let e = add.error(999);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("second did not finish its ADD within")
+            && msg.contains("delegateTimeoutSeconds 2s"),
+        "{msg}"
+    );
+    // Both rollback DELs ran (and were cut), in reverse.
+    assert!(
+        fx.calls().ends_with("second DEL c1\nfirst DEL c1\n"),
+        "{}",
+        fx.calls()
+    );
+    // The rollback did not finish: the record stays for the runtime's DEL to finish it.
+    assert_eq!(fx.records(), ["c1:eth0.json"], "{msg}");
+    assert!(
+        add.took < Duration::from_millis(3500),
+        "ADD and its rollback took {:?} at a 2 s bound",
+        add.took
+    );
+    eprintln!(
+        "hanging ADD + hanging rollback at a 2 s bound: {:?}",
+        add.took
     );
 }

@@ -675,3 +675,77 @@ fn no_operator_mode_without_cni_command() {
     assert!(!out.stderr_text().contains("panicked"));
     assert_eq!(fx.snapshot(), before);
 }
+
+/// A record names the delegate DEL runs, as the guard's user: one another user could have
+/// written (group- or world-writable, or owned by another uid) is not trusted, and the delegate
+/// it names never runs. The owner case needs root (chown); it is gated like any root-only case.
+#[test]
+fn a_planted_record_is_not_trusted() {
+    let planted = |fx: &Fx, id: &str| -> PathBuf {
+        // The fixture's own record, made to name another plugin: what a planter would write.
+        let evil = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/plugins/fake-plugin");
+        std::os::unix::fs::symlink(evil, fx.path("bin/evil")).unwrap();
+        let mine = std::fs::read_to_string(fx.path("cache/guarded/existing:eth0.json")).unwrap();
+        assert!(mine.contains("bridge"), "{mine}");
+        let theirs = mine
+            .replace("existing", id)
+            .replace("\\\"bridge\\\"", "\\\"evil\\\"")
+            .replace("\"bridge\"", "\"evil\"");
+        assert!(
+            theirs.contains("evil"),
+            "the planted record names no other plugin: {theirs}"
+        );
+        let path = fx.path(&format!("cache/guarded/{id}:eth0.json"));
+        std::fs::write(&path, theirs).unwrap();
+        path
+    };
+    let del = |fx: &Fx, id: &str| -> Run {
+        fx.run(&Call {
+            cmd: "DEL",
+            env: vec![("CNI_CONTAINERID", Some(id.into()))],
+            stdin: Stdin::Json(fx.guard(json!({}))),
+            as_nobody: false,
+        })
+    };
+    // Writable by its group.
+    let fx = Fx::new();
+    let path = planted(&fx, "planted");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let run = del(&fx, "planted");
+    assert_eq!(run.status, Some(0), "{}", run.stderr_text());
+    let calls = std::fs::read_to_string(fx.path("fake/calls")).unwrap();
+    assert!(
+        !calls.contains("evil"),
+        "the planted record's delegate ran: {calls}"
+    );
+    assert!(
+        run.stderr_text().contains("not trusted"),
+        "{}",
+        run.stderr_text()
+    );
+    // Owned by another user.
+    let missing = if test_support::is_root() {
+        vec![]
+    } else {
+        vec!["root".to_owned()]
+    };
+    if !test_support::prerequisites("a planted record owned by another user", &missing) {
+        return;
+    }
+    let fx = Fx::new();
+    let path = planted(&fx, "foreign");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&path, Some(4242), Some(4242)).unwrap();
+    let run = del(&fx, "foreign");
+    assert_eq!(run.status, Some(0), "{}", run.stderr_text());
+    let calls = std::fs::read_to_string(fx.path("fake/calls")).unwrap();
+    assert!(
+        !calls.contains("evil"),
+        "the planted record's delegate ran: {calls}"
+    );
+    assert!(
+        run.stderr_text().contains("owned by uid 4242"),
+        "{}",
+        run.stderr_text()
+    );
+}

@@ -339,13 +339,39 @@ mod tests {
         assert!(took < Duration::from_secs(2), "took {took:?}");
     }
 
+    /// The living (not zombie) processes of process group `pgrp`, from /proc.
+    fn living_in_group(pgrp: i32) -> Vec<i32> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid pgrp ...": comm may hold anything but not the last ')'.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgrp.to_string() {
+                found.push(pid);
+            }
+        }
+        found
+    }
+
     #[test]
     fn closing_stdout_then_hanging_is_bounded_and_the_group_killed() {
         let d = tempfile::tempdir().unwrap();
-        let marker = d.path().join("left");
+        let leader = d.path().join("leader");
+        let sleeper = d.path().join("sleeper");
+        // The plugin (its group's leader: pgid = its pid) notes its pid and its background
+        // sleeper's, closes stdout and hangs.
         let body = format!(
-            "exec >/dev/null; (sleep 30; touch {m}) & sleep 30",
-            m = marker.display()
+            "echo $$ >{l}; (sleep 30; true) & echo $! >{s}; exec >/dev/null; sleep 30",
+            l = leader.display(),
+            s = sleeper.display()
         );
         let (r, took) = timed(&body, Duration::from_millis(300));
         let e = r.unwrap_err();
@@ -356,12 +382,30 @@ mod tests {
             e.msg()
         );
         assert!(took < Duration::from_secs(2), "took {took:?}");
-        // The background sleeper was in the plugin's group and died with it.
-        let out = std::process::Command::new("pgrep")
-            .args(["-f", &format!("touch {}", marker.display())])
-            .output()
-            .unwrap();
-        assert!(out.stdout.is_empty(), "left behind: {:?}", out);
+        let pid = |p: &Path| -> i32 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+        let (group, sleeper) = (pid(&leader), pid(&sleeper));
+        assert_ne!(group, sleeper);
+        // Every process of the plugin's group, the background sleeper included, died with it
+        // (a SIGKILLed process may take a moment to leave /proc).
+        let start = Instant::now();
+        loop {
+            let living = living_in_group(group);
+            if living.is_empty() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "left behind in group {group} (sleeper {sleeper}): {living:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn living_in_group_finds_a_living_group() {
+        // The check above must be able to fail: this test's own group has a living member.
+        let own = nix::unistd::getpgrp().as_raw();
+        assert!(living_in_group(own).contains(&(std::process::id() as i32)));
     }
 
     #[test]

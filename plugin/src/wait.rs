@@ -114,6 +114,43 @@ mod tests {
         assert!(!r.ready());
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(took < Duration::from_secs(2), "waited {took:?} of 0.2 s");
+    }
+
+    /// The wait never lasts longer than asked, even while unrelated files in the watched
+    /// directory keep waking it (each wake-up must count against the same deadline).
+    #[test]
+    fn never_waits_longer_than_asked_while_other_files_churn() {
+        let (d, cfg, path) = setup(0.5);
+        let dir = d.path().join("net.d");
+        std::fs::create_dir(&dir).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let (dir, stop) = (dir.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let p = dir.join(format!("other-{}", n % 4));
+                    std::fs::write(&p, b"{}").unwrap();
+                    std::fs::remove_file(&p).unwrap();
+                    n += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                n
+            })
+        };
+        let start = Instant::now();
+        let r = until_ready(&cfg, &path);
+        let took = start.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let events = churn.join().unwrap();
+        assert!(!r.ready());
+        assert!(events > 10, "the churn made only {events} changes");
+        assert!(took >= Duration::from_millis(500), "{took:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "waited {took:?} of 0.5 s through {events} unrelated changes"
+        );
     }
 
     #[test]

@@ -392,13 +392,16 @@ mod keep {
     use super::*;
 
     /// A running `cni-guard keep`, killed when dropped if a test failed before stopping it.
+    /// Its log is read as it comes, so a test can wait for what keep says it did.
     struct Keeper {
         child: Option<Child>,
+        log: Arc<std::sync::Mutex<String>>,
+        reader: Option<std::thread::JoinHandle<()>>,
     }
 
     impl Keeper {
         fn start(node: &Node) -> Keeper {
-            let child = guard()
+            let mut child = guard()
                 .args([
                     "keep",
                     &format!("--conf-dir={}", node.conf.display()),
@@ -409,19 +412,54 @@ mod keep {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            Keeper { child: Some(child) }
+            let log = Arc::new(std::sync::Mutex::new(String::new()));
+            let mut stderr = child.stderr.take().unwrap();
+            let reader = {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = stderr.read(&mut buf) {
+                        log.lock()
+                            .unwrap()
+                            .push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                })
+            };
+            Keeper {
+                child: Some(child),
+                log,
+                reader: Some(reader),
+            }
         }
 
         fn pid(&self) -> i32 {
             self.child.as_ref().unwrap().id() as i32
         }
 
+        /// Waits until keep has logged `needle` (`count` times in all).
+        fn wait_log(&self, needle: &str, count: usize) {
+            let start = Instant::now();
+            loop {
+                let log = self.log.lock().unwrap().clone();
+                if log.matches(needle).count() >= count {
+                    return;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "keep never logged {needle:?} {count} times:\n{log}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+
         /// Sends SIGTERM and returns the exit status and everything it logged.
         fn terminate(mut self) -> (std::process::ExitStatus, String) {
             // SAFETY: sending a signal to our own child process.
             assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
-            let out = self.child.take().unwrap().wait_with_output().unwrap();
-            (out.status, text(&out.stderr))
+            let status = self.child.take().unwrap().wait().unwrap();
+            self.reader.take().unwrap().join().unwrap();
+            let log = self.log.lock().unwrap().clone();
+            (status, log)
         }
     }
 
@@ -465,8 +503,8 @@ mod keep {
         assert!(reference.install(&[]).status.success());
         let expected = fs::read(reference.conflist()).unwrap();
         wait_for(&path, &expected, Duration::from_secs(1));
-        // Give the keeper time to settle into its loop before disturbing the file.
-        std::thread::sleep(Duration::from_millis(100));
+        // keep says so once its watch is in place: from then on every change is seen.
+        keeper.wait_log("keeping ", 1);
 
         fs::remove_file(&path).unwrap();
         let took = wait_for(&path, &expected, Duration::from_secs(1));
@@ -486,8 +524,8 @@ mod keep {
         let took = wait_for(&path, &expected, Duration::from_secs(1));
         eprintln!("rewritten file restored after {took:?}");
 
+        keeper.wait_log("restored", 3);
         let before = set_old_mtime(&path);
-        std::thread::sleep(Duration::from_millis(100));
         let (status, log) = keeper.terminate();
         assert!(
             status.success(),
@@ -512,9 +550,9 @@ mod keep {
             assert!(start.elapsed() < Duration::from_secs(5), "keep never wrote");
             std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        keeper.wait_log("keeping ", 1);
         fs::write(node.conf.join("00-aaa.conf"), "{}").unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        keeper.wait_log("00-aaa.conf sorts before 00-cni-guard.conflist", 1);
         let (status, log) = keeper.terminate();
         assert!(status.success());
         assert!(

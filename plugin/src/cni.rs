@@ -14,6 +14,7 @@ use crate::delegate;
 use crate::error::{code, Error, Kind, Result};
 use crate::log::Level;
 use crate::netconf::NetworkConfig;
+use crate::perpod;
 use crate::readiness;
 use crate::records::{Record, Store};
 use crate::request::{self, Command, Request};
@@ -110,6 +111,9 @@ pub struct Outcome {
     pub duration: Duration,
     /// Extra warnings to log (loosely writable configuration files, unusable records).
     pub warnings: Vec<String>,
+    /// `key=value` pairs for the log line: `waited=` (how long ADD waited for the delegate),
+    /// `perpod=` (`primary`: run on the primary alone; `needs-multus`).
+    pub notes: Vec<(&'static str, String)>,
     /// Where the node's events file is (the guard's `cacheDir`, or the default when the
     /// configuration did not parse).
     pub cache_dir: PathBuf,
@@ -126,6 +130,10 @@ enum Done {
 
 struct Ctx {
     warnings: Vec<String>,
+    /// `key=value` pairs for the log line (`waited=`, `perpod=`).
+    notes: Vec<(&'static str, String)>,
+    /// Per-pod awareness: why this pod needs Multus, for a refusal's details.
+    needs_multus: Option<String>,
     /// The guard's cache dir, once its configuration parsed.
     cache_dir: Option<PathBuf>,
     /// Why a refusal happened, for the node's counters.
@@ -137,6 +145,8 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
     let start = Instant::now();
     let mut ctx = Ctx {
         warnings: Vec::new(),
+        notes: Vec::new(),
+        needs_multus: None,
         cache_dir: None,
         reason: None,
     };
@@ -205,6 +215,7 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         decision,
         duration: start.elapsed(),
         warnings: ctx.warnings,
+        notes: ctx.notes,
         cache_dir: ctx
             .cache_dir
             .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CACHE_DIR)),
@@ -274,22 +285,117 @@ fn version(stdin: &[u8]) -> Result<Done> {
 }
 
 /// ADD: refuse (11, or 7) until the delegate network is complete; then record the delegate
-/// and run it, by exec when no conversion is needed.
+/// and run it, by exec when no conversion is needed. With per-pod awareness, a pod that needs
+/// no Multus network gets the primary network at once while the delegate is not ready.
 fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
-    let report = wait::until_ready(cfg, &req.cni_path);
+    let started = Instant::now();
+    let report = match &cfg.per_pod {
+        None => wait::until_ready(cfg, &req.cni_path),
+        Some(per_pod) => {
+            let first = readiness::check(cfg, &req.cni_path);
+            // Only a delegate that is not there yet is bypassed; a misconfiguration (7) is not.
+            let not_ready = first.error().is_some_and(|e| *e.kind() == Kind::NotReady);
+            if !not_ready {
+                first
+            } else {
+                match perpod::need(per_pod, cfg, req) {
+                    perpod::Need::PrimaryOnly => {
+                        return add_primary(req, cfg, per_pod, &first, ctx);
+                    }
+                    perpod::Need::Multus(why) => {
+                        ctx.notes.push(("perpod", "needs-multus".to_owned()));
+                        ctx.needs_multus = Some(why);
+                        wait::until_ready(cfg, &req.cni_path)
+                    }
+                }
+            }
+        }
+    };
+    let waited = started.elapsed();
+    if waited >= WAITED_NOTED {
+        ctx.notes
+            .push(("waited", format!("{:.1}ms", waited.as_secs_f64() * 1e3)));
+    }
     warn_loose(&report, ctx);
     if let Some(refusal) = report.error() {
         ctx.reason = report.reason_tag();
-        return Err(refusal);
+        return Err(match ctx.needs_multus.take() {
+            Some(why) => {
+                let details = match refusal.details() {
+                    Some(d) if !d.is_empty() => format!("{d}; per-pod: {why}"),
+                    _ => format!("per-pod: {why}"),
+                };
+                refusal.with_details(details)
+            }
+            None => refusal,
+        });
     }
     let list = report.delegate.expect("a ready report has the delegate");
+    run_add(req, cfg, &cfg.delegate, list, ctx)
+}
+
+/// A wait shorter than this is not worth a word in the log (it is the checks' own time).
+const WAITED_NOTED: Duration = Duration::from_millis(5);
+
+/// Per-pod awareness: the pod needs no Multus network and the delegate is not ready, so the
+/// primary network runs for it directly, as Multus would have run it (same configuration, same
+/// ifname). Refused (11) when the primary is not ready either. The record names the primary,
+/// so the pod's DEL replays the primary's DEL whatever Multus does meanwhile.
+fn add_primary(
+    req: &Request,
+    cfg: &GuardConfig,
+    per_pod: &config::PerPod,
+    delegate_report: &readiness::Report,
+    ctx: &mut Ctx,
+) -> Result<Done> {
+    let primary = primary_config(cfg, per_pod);
+    let report = readiness::check(&primary, &req.cni_path);
+    warn_loose(&report, ctx);
+    if let Some(refusal) = report.error() {
+        ctx.reason = report.reason_tag();
+        let why = delegate_report
+            .error()
+            .map_or_else(String::new, |e| e.msg().to_owned());
+        return Err(refusal.with_details(format!(
+            "per-pod: the pod needs no Multus network, but the primary is not ready either; the delegate: {why}"
+        )));
+    }
+    ctx.notes.push(("perpod", "primary".to_owned()));
+    let list = report.delegate.expect("a ready report has the delegate");
+    run_add(req, &primary, &per_pod.primary, list, ctx)
+}
+
+/// The guard's configuration with the primary as the delegate: no attachments or sockets of
+/// Multus's, and without the pod annotations (a capability the guard asked for itself, not the
+/// primary's).
+fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> GuardConfig {
+    let mut runtime_config = cfg.runtime_config.clone();
+    runtime_config.remove(perpod::POD_ANNOTATIONS);
+    GuardConfig {
+        delegate: per_pod.primary.clone(),
+        attachments: Vec::new(),
+        sockets: Vec::new(),
+        per_pod: None,
+        runtime_config,
+        ..cfg.clone()
+    }
+}
+
+/// Records `list` (read from `delegate_path`) for the attachment, then runs its ADD.
+fn run_add(
+    req: &Request,
+    cfg: &GuardConfig,
+    delegate_path: &std::path::Path,
+    list: NetworkConfig,
+    ctx: &mut Ctx,
+) -> Result<Done> {
     let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     store.write(&Record {
         container_id: req.container_id.clone(),
         ifname: req.ifname.clone(),
         network: cfg.name.clone(),
         cni_version: cfg.cni_version.clone(),
-        delegate_path: cfg.delegate.clone(),
+        delegate_path: delegate_path.to_owned(),
         delegate: list.raw.clone(),
     })?;
     let prev = cfg.prev_result.as_ref();
@@ -333,10 +439,25 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
             None
         }
     };
-    let (list, decision) = match teardown_config(req, cfg, store.as_mut(), ctx)? {
+    let teardown = teardown_config(req, cfg, store.as_mut(), ctx)?;
+    // Per-pod awareness: without a record, the pod may have been set up by Multus, whose DEL
+    // skips the primary when it has no cache entry for a pod that is gone, or not at all; the
+    // primary's DEL (idempotent, as every DEL) then frees what the primary holds.
+    let primary = match (&teardown, &cfg.per_pod) {
+        (Teardown::Recorded(_), _) | (_, None) => None,
+        (_, Some(per_pod)) => record_less_primary(req, cfg, per_pod, ctx),
+    };
+    let (list, decision) = match teardown {
         Teardown::Recorded(list) => (list, "deleted-recorded"),
         Teardown::Current(list) => (list, "deleted-current"),
-        Teardown::Nothing => return Ok(Done::Empty("nothing-to-do")),
+        Teardown::Nothing => match primary {
+            Some((list, primary_cfg)) => {
+                delegate::del(&list, &primary_cfg, &req.cni_path)?;
+                ctx.notes.push(("perpod", "primary".to_owned()));
+                return Ok(Done::Empty("deleted-primary"));
+            }
+            None => return Ok(Done::Empty("nothing-to-do")),
+        },
     };
     // A prevResult the delegate could not be given must not stop the teardown: DEL goes on
     // without it, as for a runtime that cached nothing.
@@ -356,6 +477,10 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         None => cfg,
     };
     delegate::del(&list, cfg, &req.cni_path)?;
+    if let Some((list, primary_cfg)) = primary {
+        delegate::del(&list, &primary_cfg, &req.cni_path)?;
+        ctx.notes.push(("perpod", "primary".to_owned()));
+    }
     if let Some(store) = &mut store {
         if let Err(e) = store.remove(&req.container_id, &req.ifname) {
             ctx.warnings
@@ -363,6 +488,32 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         }
     }
     Ok(Done::Empty(decision))
+}
+
+/// The primary for a record-less DEL, with the configuration to run it on (no prevResult: the
+/// runtime's is the delegate's result, not the primary's), when it is there to run.
+fn record_less_primary(
+    req: &Request,
+    cfg: &GuardConfig,
+    per_pod: &config::PerPod,
+    ctx: &mut Ctx,
+) -> Option<(NetworkConfig, GuardConfig)> {
+    let primary = GuardConfig {
+        prev_result: None,
+        ..primary_config(cfg, per_pod)
+    };
+    let report = readiness::check(&primary, &req.cni_path);
+    match (report.error(), report.delegate) {
+        (None, Some(list)) => Some((list, primary)),
+        (refusal, _) => {
+            let why = refusal.map_or_else(|| "no primary".to_owned(), |e| e.msg().to_owned());
+            ctx.warnings.push(format!(
+                "DEL of {}/{}: no record, and the primary cannot run ({why}): its DEL is not run",
+                req.container_id, req.ifname
+            ));
+            None
+        }
+    }
 }
 
 /// The configuration that tears an attachment down.

@@ -34,9 +34,10 @@ pub const MAX_WAIT_SECONDS: f64 = 600.0;
 /// past kubelet's four-minute RunPodSandbox deadline the runtime gives up before the guard does,
 /// which is why the default stays under it.
 pub const MAX_DELEGATE_TIMEOUT_SECONDS: f64 = 600.0;
-/// Default bound on one delegate plugin run as a child: under kubelet's four-minute
+/// Default deadline of one verb's delegate plugins run as children, rollback included: with
+/// `install`'s wait (60 s) and the lock wait (10 s), 190 s at most, under kubelet's four-minute
 /// RunPodSandbox deadline, so the guard answers before the runtime gives up on it.
-pub const DEFAULT_DELEGATE_TIMEOUT_SECONDS: f64 = 220.0;
+pub const DEFAULT_DELEGATE_TIMEOUT_SECONDS: f64 = 120.0;
 /// Upper bound on `lockWaitSeconds`: 600 s, ten minutes, a bound against mistakes only, as for
 /// `waitSeconds`.
 pub const MAX_LOCK_WAIT_SECONDS: f64 = 600.0;
@@ -167,6 +168,23 @@ pub struct Entry {
     pub cache_dir: Field<String>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub strict_permissions: Field<bool>,
+    /// Per-pod awareness (opt-in): the primary network's configuration (Multus's
+    /// `clusterNetwork` file), run directly for a pod that needs no Multus network while the
+    /// delegate is not ready.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub per_pod_primary: Field<String>,
+    /// Multus's `defaultNetworks` (daemon-side): every pod outside the system namespaces gets
+    /// them, so every such pod needs Multus.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub multus_default_networks: Field<Vec<Value>>,
+    /// Multus's `systemNamespaces` (daemon-side; Multus's default is `kube-system`): their pods
+    /// get no `defaultNetworks`.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub multus_system_namespaces: Field<Vec<Value>>,
+    /// Multus's `auxiliaryCNIChainName` (daemon-side): a chain Multus runs for every pod, so
+    /// every pod needs Multus.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub multus_auxiliary_chain: Field<String>,
     /// libcni's: the capability arguments the runtime may pass. The guard does not read it.
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub capabilities: Field<Map<String, Value>>,
@@ -348,6 +366,21 @@ impl Entry {
             .given()
             .map_err(|_| invalid("strictPermissions", "strictPermissions is not a boolean"))?
             .unwrap_or(false);
+        let per_pod = match string("perPodPrimary", self.per_pod_primary)? {
+            None => None,
+            Some(p) => Some(PerPod {
+                primary: absolute_path("perPodPrimary", "perPodPrimary", p)?,
+                default_networks: strings("multusDefaultNetworks", self.multus_default_networks)?
+                    .unwrap_or_default(),
+                system_namespaces: strings(
+                    "multusSystemNamespaces",
+                    self.multus_system_namespaces,
+                )?
+                .unwrap_or_else(|| vec![DEFAULT_MULTUS_SYSTEM_NAMESPACE.to_owned()]),
+                auxiliary_chain: string("multusAuxiliaryChain", self.multus_auxiliary_chain)?
+                    .filter(|c| !c.is_empty()),
+            }),
+        };
         let runtime_config = object("runtimeConfig", self.runtime_config)?.unwrap_or_default();
         let prev_result = object("prevResult", self.prev_result)?.map(Value::Object);
         let args = object("args", self.args)?;
@@ -383,6 +416,7 @@ impl Entry {
             status_timeout,
             cache_dir,
             strict_permissions,
+            per_pod,
             runtime_config,
             prev_result,
             args,
@@ -413,6 +447,8 @@ pub struct GuardConfig {
     pub cache_dir: PathBuf,
     /// Refuse delegate and attachment files that others than their owner may write.
     pub strict_permissions: bool,
+    /// Per-pod awareness, when `perPodPrimary` is set.
+    pub per_pod: Option<PerPod>,
     pub runtime_config: Map<String, Value>,
     pub prev_result: Option<Value>,
     pub args: Option<Map<String, Value>>,
@@ -420,6 +456,22 @@ pub struct GuardConfig {
     pub valid_attachments: Option<Vec<(String, String)>>,
     /// GC's attachment keys as the runtime sent them (either name, or both), for the delegate.
     pub gc_attachments: Vec<(&'static str, Value)>,
+}
+
+/// Multus's own default for `systemNamespaces`.
+pub const DEFAULT_MULTUS_SYSTEM_NAMESPACE: &str = "kube-system";
+
+/// Per-pod awareness: what decides whether a pod needs Multus, and the network such a pod
+/// gets while Multus is away (see [`crate::perpod`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerPod {
+    /// The primary network's configuration (Multus's `clusterNetwork` file).
+    pub primary: PathBuf,
+    /// Multus's `defaultNetworks`: when any, every pod outside `system_namespaces` needs Multus.
+    pub default_networks: Vec<String>,
+    pub system_namespaces: Vec<String>,
+    /// Multus's `auxiliaryCNIChainName`: when set, every pod needs Multus.
+    pub auxiliary_chain: Option<String>,
 }
 
 /// JSON's insignificant whitespace, which may come before the opening brace.
@@ -554,6 +606,26 @@ fn string(key: &'static str, field: Field<String>) -> std::result::Result<Option
     field
         .given()
         .map_err(|_| invalid(key, format!("{key} is not a string")))
+}
+
+/// A list of non-empty strings.
+fn strings(
+    key: &'static str,
+    field: Field<Vec<Value>>,
+) -> std::result::Result<Option<Vec<String>>, Invalid> {
+    let not_strings = || invalid(key, format!("{key} is not a list of names"));
+    match field.given() {
+        Ok(None) => Ok(None),
+        Ok(Some(items)) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) if !s.is_empty() => Ok(s),
+                _ => Err(not_strings()),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(Some),
+        Err(_) => Err(not_strings()),
+    }
 }
 
 fn object(
@@ -784,7 +856,7 @@ mod tests {
         v["capabilities"] = json!("not read by the guard");
         let c = parse(v).unwrap();
         assert_eq!(c.plugin_type, GUARD_TYPE);
-        assert_eq!(c.delegate_timeout, Duration::from_secs(220));
+        assert_eq!(c.delegate_timeout, Duration::from_secs(120));
         assert_eq!(c.lock_wait, Duration::from_secs(10));
         assert!(c.args.is_none() && c.valid_attachments.is_none());
     }

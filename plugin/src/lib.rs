@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod names;
 pub mod netconf;
 pub mod operator;
+pub mod perpod;
 pub mod readiness;
 pub mod records;
 pub mod request;

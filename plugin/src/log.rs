@@ -58,8 +58,13 @@ pub fn invocation_line(outcome: &crate::cni::Outcome) -> String {
         Decision::Refused { code, msg } => format!("decision=refused code={code} msg={msg:?}"),
         Decision::Failed { code, msg } => format!("decision=error code={code} msg={msg:?}"),
     };
+    let notes: String = outcome
+        .notes
+        .iter()
+        .map(|(k, v)| format!(" {k}={}", printable(v)))
+        .collect();
     format!(
-        "verb={} container={} ifname={} {decision} duration={:.3}ms",
+        "verb={} container={} ifname={} {decision}{notes} duration={:.3}ms",
         printable(&inv.verb),
         printable(&inv.container),
         printable(&inv.ifname),

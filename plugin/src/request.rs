@@ -66,14 +66,27 @@ impl Command {
 }
 
 /// A validated request: what the guard reads of it. Optional parameters are empty strings when
-/// absent. `CNI_NETNS` and `CNI_ARGS` are checked but not kept: the delegate gets them from the
-/// environment it inherits.
+/// absent. `CNI_NETNS` is checked but not kept: the delegate gets it from the environment it
+/// inherits; `CNI_ARGS` is kept for what the guard reads of it (`K8S_POD_NAMESPACE`).
 #[derive(Debug, Clone)]
 pub struct Request {
     pub container_id: String,
     pub ifname: String,
     pub cni_path: Vec<PathBuf>,
+    /// `CNI_ARGS` as given (`KEY=VALUE;...`), empty when absent.
+    pub cni_args: String,
     pub stdin: Vec<u8>,
+}
+
+impl Request {
+    /// One key of `CNI_ARGS` (`K8S_POD_NAMESPACE=...;K8S_POD_NAME=...`), when given.
+    pub fn cni_arg(&self, key: &str) -> Option<&str> {
+        self.cni_args
+            .split(';')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
 }
 
 /// Reads the command alone, so errors about the rest can still be reported.
@@ -118,7 +131,7 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
     let container_id = get("CNI_CONTAINERID");
     get("CNI_NETNS");
     let ifname = get("CNI_IFNAME");
-    get("CNI_ARGS");
+    let cni_args = get("CNI_ARGS");
     let path = get("CNI_PATH");
     if !container_id.is_empty() {
         if let Err(why) = names::container_id(&container_id) {
@@ -149,6 +162,7 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
         container_id,
         ifname,
         cni_path,
+        cni_args,
         stdin: Vec::new(),
     })
 }

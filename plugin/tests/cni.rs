@@ -1041,6 +1041,244 @@ mod version {
     }
 }
 
+/// Per-pod awareness (`perPodPrimary`): while Multus is away, a pod that asks for no Multus
+/// network runs on the primary directly; a pod that needs Multus is refused (and waits, with
+/// `waitSeconds`).
+mod per_pod {
+    use super::harness::*;
+    use serde_json::{json, Value};
+    use std::time::{Duration, Instant};
+
+    const ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+
+    /// Multus (`multus-shim`, 1.0.0) as the delegate, Cilium's conflist (`cilium-cni` and
+    /// `portmap` at 0.3.1, so run as children) as the primary; neither file written yet.
+    fn fx() -> Fx {
+        let fx = Fx::new();
+        for t in ["multus-shim", "cilium-cni", "portmap"] {
+            fx.plugin(t);
+        }
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        fx.answer("cilium-cni", "ADD", &result("0.3.1", "10.2.0.7/24"), 0);
+        fx.answer("portmap", "ADD", &result("0.3.1", "10.2.0.7/24"), 0);
+        std::fs::create_dir(fx.path("multus")).unwrap();
+        fx
+    }
+
+    fn primary(fx: &Fx) -> std::path::PathBuf {
+        fx.file(
+            "multus/05-cilium.conflist",
+            &json!({"cniVersion":"0.3.1","name":"cilium","plugins":[
+                {"type":"cilium-cni"},
+                {"type":"portmap","capabilities":{"portMappings":true, ANNOTATIONS: true}}]}),
+        )
+    }
+
+    fn conf(fx: &Fx, annotations: Option<Value>, extra: Value) -> Value {
+        let mut c = fx.guard(
+            "1.0.0",
+            json!({"perPodPrimary": fx.path("multus/05-cilium.conflist")}),
+        );
+        let mut rc =
+            json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]});
+        if let Some(a) = annotations {
+            rc[ANNOTATIONS] = a;
+        }
+        c["runtimeConfig"] = rc;
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    }
+
+    const POD: [(&str, Option<&str>); 1] = [(
+        "CNI_ARGS",
+        Some("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID=ctr1"),
+    )];
+
+    #[test]
+    fn a_plain_pod_runs_on_the_primary_while_multus_is_away_and_del_replays_it() {
+        let fx = fx();
+        primary(&fx);
+        let c = conf(&fx, Some(json!({"other": "x"})), json!({"waitSeconds": 30}));
+        let start = Instant::now();
+        let add = fx.run_env("ADD", &c, &POD);
+        let reply = add.ok().json();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "a plain pod waited"
+        );
+        assert_eq!(reply["ips"][0]["address"], "10.2.0.7/24", "{reply}");
+        assert_eq!(reply["cniVersion"], "1.0.0");
+        assert_eq!(fx.calls(), ["cilium-cni ADD", "portmap ADD"]);
+        assert!(add.stderr.contains("perpod=primary"), "{}", add.stderr);
+        // The annotations are the guard's capability, not the primary's, even where a plugin
+        // of the primary declares it; the others go on as declared.
+        let sent = fx.received("portmap", "ADD");
+        assert!(sent["runtimeConfig"].get(ANNOTATIONS).is_none(), "{sent}");
+        assert!(sent["runtimeConfig"]["portMappings"].is_array(), "{sent}");
+        // Multus is back: the pod's DEL replays the primary's DEL from the record, not Multus's.
+        fx.delegate("multus-shim", "1.0.0");
+        fx.run_env("DEL", &c, &POD).ok();
+        assert_eq!(
+            fx.calls(),
+            [
+                "cilium-cni ADD",
+                "portmap ADD",
+                "portmap DEL",
+                "cilium-cni DEL"
+            ]
+        );
+        assert!(fx.cache_files().is_empty(), "{:?}", fx.cache_files());
+    }
+
+    #[test]
+    fn pods_that_need_multus_are_refused_saying_why() {
+        let fx = fx();
+        primary(&fx);
+        for (annotations, why) in [
+            (
+                Some(json!({"k8s.v1.cni.cncf.io/networks": "macvlan-net1"})),
+                "asks for networks",
+            ),
+            (
+                Some(json!({"k8s.v1.cni.cncf.io/networks": r#"[{"name":"macvlan-net1"}]"#})),
+                "asks for networks",
+            ),
+            (
+                Some(json!({"v1.multus-cni.io/default-network": "x"})),
+                "replaces its default network",
+            ),
+            (None, "passed no pod annotations"),
+        ] {
+            let r = fx.run_env("ADD", &conf(&fx, annotations.clone(), json!({})), &POD);
+            let e = r.error(11);
+            assert!(e["msg"].as_str().unwrap().contains("00-multus.conf"), "{e}");
+            assert!(
+                e["details"].as_str().unwrap_or("").contains(why),
+                "{annotations:?}: {e}"
+            );
+            assert!(r.stderr.contains("perpod=needs-multus"), "{}", r.stderr);
+        }
+        assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+        assert!(fx.cache_files().is_empty());
+        // An empty list asks for nothing.
+        let c = conf(
+            &fx,
+            Some(json!({"k8s.v1.cni.cncf.io/networks": "[]"})),
+            json!({}),
+        );
+        fx.run_env("ADD", &c, &POD).ok();
+        assert_eq!(fx.calls(), ["cilium-cni ADD", "portmap ADD"]);
+    }
+
+    #[test]
+    fn default_networks_need_multus_outside_the_system_namespaces() {
+        let fx = fx();
+        primary(&fx);
+        let c = conf(
+            &fx,
+            Some(json!({})),
+            json!({"multusDefaultNetworks": ["net-a"], "multusSystemNamespaces": ["kube-system"]}),
+        );
+        let e = fx.run_env("ADD", &c, &POD).error(11);
+        assert!(
+            e["details"].as_str().unwrap().contains("defaultNetworks"),
+            "{e}"
+        );
+        let system = [(
+            "CNI_ARGS",
+            Some("K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns"),
+        )];
+        fx.run_env("ADD", &c, &system).ok();
+        assert_eq!(fx.calls(), ["cilium-cni ADD", "portmap ADD"]);
+    }
+
+    #[test]
+    fn a_networked_pod_waits_for_multus_and_gets_it() {
+        let fx = fx();
+        primary(&fx);
+        let c = conf(
+            &fx,
+            Some(json!({"k8s.v1.cni.cncf.io/networks": "macvlan-net1"})),
+            json!({"waitSeconds": 30}),
+        );
+        let writer = {
+            let (tmp, to) = (fx.path("net.d/.m"), fx.delegate_path());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::write(
+                    &tmp,
+                    r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim"}"#,
+                )
+                .unwrap();
+                std::fs::rename(&tmp, &to).unwrap();
+            })
+        };
+        let r = fx.run_env("ADD", &c, &POD);
+        writer.join().unwrap();
+        assert_eq!(r.ok().json()["ips"][0]["address"], "10.1.0.2/24");
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+        assert!(r.stderr.contains(" waited="), "{}", r.stderr);
+    }
+
+    #[test]
+    fn with_multus_ready_every_pod_goes_through_multus() {
+        let fx = fx();
+        primary(&fx);
+        fx.delegate("multus-shim", "1.0.0");
+        fx.run_env("ADD", &conf(&fx, Some(json!({})), json!({})), &POD)
+            .ok();
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+    }
+
+    #[test]
+    fn a_primary_that_is_not_there_is_a_refusal_naming_it() {
+        let fx = fx();
+        let e = fx
+            .run_env("ADD", &conf(&fx, Some(json!({})), json!({})), &POD)
+            .error(11);
+        assert!(
+            e["msg"].as_str().unwrap().contains("05-cilium.conflist"),
+            "{e}"
+        );
+        assert!(
+            e["details"].as_str().unwrap().contains("00-multus.conf"),
+            "{e}"
+        );
+        assert!(fx.calls().is_empty());
+    }
+
+    #[test]
+    fn a_record_less_del_frees_what_the_primary_holds() {
+        let fx = fx();
+        primary(&fx);
+        let c = conf(&fx, Some(json!({})), json!({}));
+        // Multus away: the primary's DEL alone.
+        fx.run_env("DEL", &c, &POD).ok();
+        assert_eq!(fx.calls(), ["portmap DEL", "cilium-cni DEL"]);
+        // Multus there: Multus's DEL, then the primary's (Multus skips it for a pod it has no
+        // cache entry for).
+        fx.delegate("multus-shim", "1.0.0");
+        fx.run_env("DEL", &c, &POD).ok();
+        assert_eq!(
+            fx.calls(),
+            [
+                "portmap DEL",
+                "cilium-cni DEL",
+                "multus-shim DEL",
+                "portmap DEL",
+                "cilium-cni DEL"
+            ]
+        );
+        // The primary's DEL gets no prevResult (the runtime's is Multus's result).
+        let mut with_prev = c.clone();
+        with_prev["prevResult"] = serde_json::from_str(&result("1.0.0", "10.1.0.2/24")).unwrap();
+        fx.run_env("DEL", &with_prev, &POD).ok();
+        assert!(fx.received("cilium-cni", "DEL").get("prevResult").is_none());
+    }
+}
+
 /// Logging is best effort on every path: with no syslog socket and stderr full or a closed
 /// pipe, a verb that is done says so on stdout and exits 0.
 mod logging {

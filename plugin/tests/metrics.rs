@@ -73,6 +73,8 @@ impl Node {
             format!("--conf-dir={}", self.path("net.d").display()),
             format!("--delegate={}", self.delegate().display()),
             format!("--cache-dir={}", self.path("cache").display()),
+            // Refuse at once: these tests count refusals, not waits.
+            "--wait-seconds=0".to_owned(),
         ]
     }
 

@@ -39,9 +39,10 @@ Written into the conflist (host paths, as the plugin sees them when containerd r
 Conflist settings:
   --network-name NAME    the guard network's name [guarded-pod-network]
   --cni-version V        the conflist's cniVersion [1.0.0]
-  --wait-seconds N       how long ADD waits for the delegate before refusing [0]
+  --wait-seconds N       how long ADD waits for the delegate before refusing [60]
   --delegate-timeout-seconds N
-                         bound on a delegate plugin run as the guard's child [plugin default: 220]
+                         one deadline for all of a verb's delegate plugins run as the guard's
+                         children, rollback included [plugin default: 120]
   --lock-wait-seconds N  bound on waiting for another guard process on the same attachment
                          [plugin default: 10]
   --status-timeout-seconds N
@@ -49,6 +50,19 @@ Conflist settings:
   --capability NAME      a runtime capability to accept and pass on, e.g. portMappings
                          (repeatable)
   --strict-permissions   refuse delegate and attachment files writable by group or others
+
+Per-pod awareness (opt-in): while the delegate is not ready, a pod that asks for no Multus
+network gets the primary network at once; only pods that need Multus are refused. Declares the
+capability io.kubernetes.cri.pod-annotations. The daemon-side Multus keys are not in
+00-multus.conf: give them here as Multus's daemon-config has them.
+  --per-pod-primary FILE the primary network (Multus's clusterNetwork file), e.g.
+                         /etc/cni/multus/net.d/05-cilium.conflist
+  --multus-default-network NAME
+                         one of Multus's defaultNetworks (repeatable)
+  --multus-system-namespace NS
+                         one of Multus's systemNamespaces (repeatable) [kube-system]
+  --multus-auxiliary-chain NAME
+                         Multus's auxiliaryCNIChainName: every pod then needs Multus
 ";
 
 /// What a conflist flag takes.
@@ -59,6 +73,8 @@ enum Takes {
     Path,
     /// A host path, one more item of a list (repeatable).
     ListedPath,
+    /// A name, one more item of a list (repeatable).
+    ListedText,
     /// Whole seconds within the key's bounds.
     Seconds(&'static Seconds),
     /// A bare switch: `true`.
@@ -70,7 +86,7 @@ enum Takes {
 /// The conflist flags, and the key of the guard's entry each one sets. `take_flag` knows no
 /// others, and a test proves that they are the schema's keys ([`Entry`]) less those the runtime
 /// adds and `type`, each once.
-const KEY_FLAGS: [(&str, &str, Takes); 12] = [
+const KEY_FLAGS: [(&str, &str, Takes); 16] = [
     ("--network-name", "name", Takes::Text),
     ("--cni-version", "cniVersion", Takes::Text),
     ("--delegate", "delegate", Takes::Path),
@@ -95,7 +111,31 @@ const KEY_FLAGS: [(&str, &str, Takes); 12] = [
     ),
     ("--strict-permissions", "strictPermissions", Takes::Switch),
     ("--capability", "capabilities", Takes::Capability),
+    ("--per-pod-primary", "perPodPrimary", Takes::Path),
+    (
+        "--multus-default-network",
+        "multusDefaultNetworks",
+        Takes::ListedText,
+    ),
+    (
+        "--multus-system-namespace",
+        "multusSystemNamespaces",
+        Takes::ListedText,
+    ),
+    (
+        "--multus-auxiliary-chain",
+        "multusAuxiliaryChain",
+        Takes::Text,
+    ),
 ];
+
+/// How long ADD waits for the delegate in the conflist `install` and `keep` write, unless
+/// `--wait-seconds` says otherwise (the plugin's own default, for a hand-written conflist, is 0).
+/// Measured on the real node: with 0, a pod created while Multus restarts runs 12-13 s after
+/// Multus is back (kubelet's back-off); with a wait it runs within about a second (the inotify
+/// wake-up). 60 s covers a Multus restart and, with the per-verb delegate deadline (120 s) and
+/// the lock wait (10 s), stays well under kubelet's four-minute RunPodSandbox deadline.
+pub const INSTALL_WAIT_SECONDS: u64 = 60;
 
 /// The flag that sets `key`, for messages; the key itself when no flag does.
 fn flag_for(key: &str) -> &str {
@@ -151,8 +191,16 @@ impl GuardFile {
                     Takes::Path => {
                         self.keys.insert(key, path(flags, flag)?.into());
                     }
-                    Takes::ListedPath => {
-                        let item = path(flags, flag)?.into();
+                    Takes::ListedPath | Takes::ListedText => {
+                        let item = if matches!(takes, Takes::ListedPath) {
+                            path(flags, flag)?.into()
+                        } else {
+                            let name = flags.value(flag)?;
+                            if name.is_empty() {
+                                return Err(Error::usage(format!("{flag} {name:?}: empty name")));
+                            }
+                            name.into()
+                        };
                         match self
                             .keys
                             .entry(key)
@@ -219,9 +267,22 @@ impl GuardFile {
         keys.insert("name".into(), DEFAULT_NETWORK_NAME.into());
         keys.insert("type".into(), PLUGIN_TYPE.into());
         keys.insert("attachments".into(), Value::Array(Vec::new()));
-        keys.insert(WAIT.key.into(), 0.into());
+        keys.insert(WAIT.key.into(), INSTALL_WAIT_SECONDS.into());
         keys.insert("cacheDir".into(), DEFAULT_CACHE_DIR.into());
         keys.extend(self.keys.clone());
+        // Per-pod awareness reads the pod's annotations, which the runtime passes only to a
+        // plugin that declares the capability.
+        if keys.contains_key("perPodPrimary") {
+            match keys
+                .entry("capabilities")
+                .or_insert_with(|| Value::Object(Map::new()))
+            {
+                Value::Object(names) => {
+                    names.insert(crate::perpod::POD_ANNOTATIONS.to_owned(), true.into());
+                }
+                other => *other = serde_json::json!({ crate::perpod::POD_ANNOTATIONS: true }),
+            }
+        }
         // Cannot fail: every key of the schema takes any JSON value (a wrong one is refused by
         // `validate`, not by decoding), and an object has no duplicate keys.
         Entry::deserialize(Value::Object(keys)).expect("an object decodes as an entry")
@@ -329,7 +390,7 @@ mod tests {
       "attachments": [
         "/etc/cni/multus/net.d/05-cilium.conflist"
       ],
-      "waitSeconds": 0,
+      "waitSeconds": 60,
       "cacheDir": "/var/lib/cni/cni-guard",
       "capabilities": {
         "portMappings": true
@@ -438,6 +499,7 @@ mod tests {
                 Takes::Text if *flag == "--cni-version" => format!("{flag}=1.1.0"),
                 Takes::Text => format!("{flag}=n"),
                 Takes::Path | Takes::ListedPath => format!("{flag}=/p"),
+                Takes::ListedText => format!("{flag}=n"),
                 Takes::Seconds(_) => format!("{flag}=9"),
                 Takes::Switch => flag.to_string(),
                 Takes::Capability => format!("{flag}=c"),
@@ -452,7 +514,9 @@ mod tests {
             let value = v.get(key).or_else(|| v["plugins"][0].get(key));
             let given = match value {
                 Some(Value::String(s)) => ["n", "/p", "1.1.0"].contains(&s.as_str()),
-                Some(Value::Array(items)) => items == &[Value::from("/p")],
+                Some(Value::Array(items)) => {
+                    items == &[Value::from("/p")] || items == &[Value::from("n")]
+                }
                 Some(Value::Number(n)) => n.as_u64() == Some(9),
                 Some(Value::Bool(b)) => *b,
                 Some(Value::Object(names)) => names.contains_key("c"),

@@ -34,7 +34,10 @@
 # fixed (05-cilium.conflist in the conf dir, Multus's autoconfig dir the conf dir, no guard: the
 # incident itself), CLUSTER_MULTUS_MASTER (Multus's multusMasterCNI; see MASTER_CNI below),
 # CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
-# running for a look (`down` still removes it). Needs root.
+# running for a look (`down` still removes it), CLUSTER_GUARD_WAIT=N for the guard's
+# --wait-seconds (the manifest's, 60, by default; the scenarios about the refusal itself pin 0),
+# CLUSTER_GUARD_ARGS="--flag=... ..." for more flags of the guard's install and keep (host paths,
+# moved under the node's folder like the manifest's). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -506,10 +509,21 @@ manifest() {
 # /etc/cni/..., /opt/cni/bin and /var/lib/cni/cni-guard (hostPaths, the conflist's paths, and the
 # /host/... mount paths the probe reads with --host-root=/host) moves under $NODE; the image is
 # the imported one.
+guard_args() { # stdin -> stdout: $CLUSTER_GUARD_ARGS added after each --delegate= argument
+  # (before guard_manifest moves the host paths under the node's folder)
+  local a script=
+  for a in ${CLUSTER_GUARD_ARGS:-}; do
+    script+="s#^\\( *\\)- \\(--delegate=.*\\)#&\\n\\1- $a#;"
+  done
+  if [ -n "$script" ]; then sed -e "$script"; else cat; fi
+}
 guard_manifest() { # [KUSTOMIZATION: deploy/multus-cilium by default, or deploy/uninstall]
-  kubectl kustomize "$REPO/deploy/${1:-multus-cilium}" | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
+  kubectl kustomize "$REPO/deploy/${1:-multus-cilium}" | guard_args | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
     -e "s#/opt/cni/bin#$NODE/opt/cni/bin#g" -e "s#/var/lib/cni/cni-guard#$NODE/var/lib/cni/cni-guard#g" \
     -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#" |
+    if [ -n "${CLUSTER_GUARD_WAIT:-}" ]; then
+      sed -e "s#--wait-seconds=[0-9]*#--wait-seconds=$CLUSTER_GUARD_WAIT#"
+    else cat; fi |
     if [ "$LAYOUT" = before-fix ]; then
       sed -e "s#--attachment=$NODE/etc/cni/multus/net.d/#--attachment=$NODE/etc/cni/net.d/#"
     else cat; fi

@@ -217,21 +217,34 @@ tail -c +"$log_from" "$CTRD_LOG" | grep "cni-guard" | grep "verb=DEL container=$
 ok "plain-1's DEL ran the primary's DEL from the record and freed $ip"
 
 # --- leaks ---------------------------------------------------------------------------------------
+# The bypassed pods (run on the primary by the guard) must leave no lease at all; every pod no
+# net1 lease and no guard record. (The primary's lease of a pod Multus set up is Multus's to
+# free, and Multus v4.3.0 does not free it on this node: see the README; it is counted apart.)
+mapfile -t bypassed < <(for ((i = 2; i <= PLAIN; i++)); do sandbox "plain-$i" default; done
+  sandbox defaults-system kube-system)
 mapfile -t sandboxes < <(crictl pods --label cni-guard.test/perpod=1 -q)
 "$K" delete pod -A -l cni-guard.test/perpod --wait=true --timeout=120s >/dev/null
 for _ in $(seq 30); do
   [ -z "$(crictl pods --label cni-guard.test/perpod=1 -q)" ] && break
   sleep 1
 done
-leaked=0
-for sb in "${sandboxes[@]}"; do
+[ "${#bypassed[@]}" -eq "$started" ] || fail "found ${#bypassed[@]} sandboxes of bypassed pods, want $started (plain-1 gone, defaults-system in)"
+leaked=0 multus_primary=0
+for sb in "${bypassed[@]}"; do
   if grep -rlq "$sb" "$LEASES" 2>/dev/null; then
-    leaked=$((leaked + 1)); say "a lease names $sb: $(grep -rl "$sb" "$LEASES")"
+    leaked=$((leaked + 1)); say "a lease names bypassed sandbox $sb: $(grep -rl "$sb" "$LEASES")"
+  fi
+done
+for sb in "${sandboxes[@]}"; do
+  if grep -rlq "$sb" "$LEASES/macvlan-net1" 2>/dev/null; then
+    leaked=$((leaked + 1)); say "a net1 lease names $sb"
   fi
   if ls "$CACHE"/*/"$sb":* >/dev/null 2>&1; then
     leaked=$((leaked + 1)); say "a guard record is left for $sb"
   fi
+  grep -rlq "$sb" "$LEASES/cilium" 2>/dev/null && multus_primary=$((multus_primary + 1))
 done
 [ "${#sandboxes[@]}" -gt 0 ] || fail "no sandbox of the test pods was seen"
+say "primary leases Multus left for pods it set up: $multus_primary"
 say "guard decisions in the run: $(tail -c +"$log_from" "$CTRD_LOG" | grep -o 'perpod=[a-z-]*' | sort | uniq -c | tr -s ' \n' ' ')"
 echo "perpod-summary kubernetes=$k8s_version multus=$multus_version plain_started_during_outage=$started/$PLAIN networked_bare=$bare leaked=$leaked"

@@ -207,3 +207,21 @@ rss_refuse="$(rss "$bin/cni-guard" <"$work/g-missing.json")"
   echo "- cni-guard ADD, refused: ${rss_refuse} KiB"
 } >>"$out"
 echo "bench: report in $out" >&2
+
+# Availability on the real node (issue 18): measured by scripts/test.d/35-kubernetes.sh, which
+# needs the whole node (minutes), so not re-run here: the lines of its last run are quoted.
+availability=${CNI_GUARD_K8S_AVAILABILITY:-/tmp/cni-guard-availability-summary.txt}
+{
+  echo
+  echo "## Availability on the real node (from the last scripts/test.d/35-kubernetes.sh)"
+  echo
+  if [ -s "$availability" ]; then
+    echo "Recovery: from \`00-multus.conf\` back to a pod (asking for net1, created while Multus restarts) Ready, by the guard's \`waitSeconds\` (target: median ≤ 1500 ms with the default, 60). Per-pod awareness: plain pods started during an outage, networked pods bare, leaks. Run of $(date -u -r "$availability" '+%Y-%m-%d %H:%M UTC'):"
+    echo
+    echo '```'
+    cat "$availability"
+    echo '```'
+  else
+    echo "Not measured on this machine yet ($availability is missing): run scripts/test.d/35-kubernetes.sh."
+  fi
+} >>"$out"

@@ -206,7 +206,6 @@ rss_refuse="$(rss "$bin/cni-guard" <"$work/g-missing.json")"
   echo "- cni-guard ADD, exec path (the guard, then cni-noop in the same process): ${rss_exec} KiB"
   echo "- cni-guard ADD, refused: ${rss_refuse} KiB"
 } >>"$out"
-echo "bench: report in $out" >&2
 
 # Availability on the real node (issue 18): measured by scripts/test.d/35-kubernetes.sh, which
 # needs the whole node (minutes), so not re-run here: the lines of its last run are quoted.
@@ -225,3 +224,4 @@ availability=${CNI_GUARD_K8S_AVAILABILITY:-/tmp/cni-guard-availability-summary.t
     echo "Not measured on this machine yet ($availability is missing): run scripts/test.d/35-kubernetes.sh."
   fi
 } >>"$out"
+echo "bench: report in $out" >&2

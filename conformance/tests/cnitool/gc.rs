@@ -272,8 +272,8 @@ fn gc() {
     if !after_cnitool.is_empty() {
         println!(
             "NOTE gc {}: cnitool gc sends no cni.dev/valid-attachments; the guard kept the \
-             record of an attachment libcni did not know ({after_cnitool:?}), while it told \
-             its delegate that nothing is valid",
+             record of an attachment libcni did not know ({after_cnitool:?}), and told its \
+             delegate nothing either (no list is not an empty list)",
             gen.label()
         );
     }

@@ -964,14 +964,42 @@ mod check {
 mod cli {
     use super::*;
 
+    /// The commit a build of this checkout names, found independently of build.rs: git's HEAD
+    /// when the workspace is a checkout, else CNI_GUARD_COMMIT, else `unknown`.
+    fn expected_commit() -> String {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let git = Command::new("git")
+            .arg("-C")
+            .arg(workspace)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| text(&o.stdout).trim().to_owned());
+        let id = git.or_else(|| std::env::var("CNI_GUARD_COMMIT").ok());
+        match id {
+            Some(id) if id.len() >= 12 => id[..12].to_ascii_lowercase(),
+            _ => "unknown".to_owned(),
+        }
+    }
+
     #[test]
-    fn version_names_the_spec_versions() {
+    fn version_is_the_crate_version_and_the_commit() {
         let out = run(&["--version"]);
         assert!(out.status.success());
-        let line = text(&out.stdout);
-        assert!(line.starts_with(&format!("cni-guard {}", env!("CARGO_PKG_VERSION"))));
+        assert_eq!(
+            text(&out.stdout),
+            format!(
+                "cni-guard {} (commit {})\n",
+                env!("CARGO_PKG_VERSION"),
+                expected_commit()
+            )
+        );
+        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+        // The CNI spec versions moved to --help.
+        let help = text(&run(&["--help"]).stdout);
         for v in ["0.4.0", "1.0.0", "1.1.0"] {
-            assert!(line.contains(v), "{line}");
+            assert!(help.contains(v), "{help}");
         }
     }
 

@@ -703,6 +703,56 @@ mod check {
         assert!(last.contains("/etc/cni/net.d/00-multus.conf"), "{last}");
     }
 
+    /// `install --delegate-writer`: the conflist carries `delegateWriter`, and `check` (like
+    /// ADD) says who writes the missing delegate; a name that cannot be said is a usage error.
+    #[test]
+    fn a_missing_delegate_names_its_writer_given_to_install() {
+        let host = Host::ready();
+        let install = |writer: &str| {
+            guard()
+                .args([
+                    "install",
+                    &format!("--bin-dir={}", host.path("opt/cni/bin").display()),
+                    &format!("--conf-dir={}", host.path("etc/cni/net.d").display()),
+                    &format!("--delegate=/{DELEGATE}"),
+                    &format!("--attachment=/{ATTACHMENT}"),
+                    "--delegate-writer",
+                    writer,
+                ])
+                .output()
+                .unwrap()
+        };
+        let out = install("Multus");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let conflist: serde_json::Value = serde_json::from_slice(
+            &fs::read(host.path("etc/cni/net.d/00-cni-guard.conflist")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(conflist["plugins"][0]["delegateWriter"], "Multus");
+        fs::remove_file(host.path(DELEGATE)).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert_eq!(
+            only_failure(&report, "delegate"),
+            "✗ delegate   /etc/cni/net.d/00-multus.conf: does not exist (written by Multus)"
+        );
+        assert_eq!(
+            report.lines().last().unwrap(),
+            "not ready: ADD would be refused with CNI error 11 (try again later): \
+             cni-guard: network not ready: delegate /etc/cni/net.d/00-multus.conf does not exist \
+             (written by Multus)"
+        );
+        for bad in ["", "Mul\ntus"] {
+            let out = install(bad);
+            assert_eq!(out.status.code(), Some(2), "{bad:?}");
+            assert!(
+                text(&out.stderr).contains("--delegate-writer: delegateWriter"),
+                "{}",
+                text(&out.stderr)
+            );
+        }
+    }
+
     #[test]
     fn a_missing_or_broken_attachment_fails() {
         let host = Host::ready();

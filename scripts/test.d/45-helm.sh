@@ -98,7 +98,8 @@ for v in "${VALUES[@]}"; do
   echo "helm template with $v values: $(grep -c '^kind:' "$WORK/helm-$v.yaml") objects"
 done
 # deploy/base's counterpart: the default values with the Namespace.
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true >"$WORK/helm-base.yaml"
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true \
+  --set delegateWriter=null >"$WORK/helm-base.yaml"
 for overlay in base multus-cilium; do
   kubectl kustomize "deploy/$overlay" >"$WORK/kustomize-$overlay.yaml"
 done
@@ -224,6 +225,9 @@ rejects=(
   "--set delegate=etc/cni/net.d/00-multus.conf|/delegate"
   "--set cniVersion=2.0.0|/cniVersion"
   "--set confName=guard.conf|/confName"
+  "--set delegateWriter=|/delegateWriter"
+  "--set-json 'delegateWriter=\"Mul\\ntus\"'|/delegateWriter"
+  "--set-json 'delegateWriter=1'|'/delegateWriter': got number, want"
   "--set 'sockets={run/multus/multus.sock}'|'/sockets/0': 'run/multus/multus.sock' does not match pattern"
   "--set-json 'sockets=\"/run/multus/multus.sock\"'|'/sockets': got string, want array"
   "--set 'sockets={/multus/multus.sock}'|sockets: /multus/multus.sock is in a folder directly in /"
@@ -365,6 +369,7 @@ for name in names + ["base"]:
             "--wait-seconds": [str(v["waitSeconds"])], "--cni-version": [v["cniVersion"]],
             "--conf-name": [v["confName"]], "--conf-dir": ["/host" + v["confDir"]],
             "--network-name": [v["networkName"]],
+            "--delegate-writer": [v["delegateWriter"]] if v.get("delegateWriter") else [],
             "--strict-permissions": [""] if v["strictPermissions"] else []}
     for flag, key_ in [("--delegate-timeout-seconds", "delegateTimeoutSeconds"),
                        ("--lock-wait-seconds", "lockWaitSeconds"),
@@ -421,6 +426,8 @@ for name in names + ["base"]:
     check(entry.get("capabilities", {}) == {c: True for c in v["capabilities"]}, f"{name}: capabilities {entry}")
     check(entry.get("strictPermissions", False) == v["strictPermissions"], f"{name}: strictPermissions")
     check(entry.get("sockets", []) == v["sockets"], f"{name}: sockets {entry}")
+    check(entry.get("delegateWriter") == (v.get("delegateWriter") or None),
+          f"{name}: delegateWriter is {entry.get('delegateWriter')}, the values say {v.get('delegateWriter')}")
     for key_ in ["delegateTimeoutSeconds", "lockWaitSeconds", "statusTimeoutSeconds"]:
         check(entry.get(key_) == v[key_], f"{name}: {key_} is {entry.get(key_)}, the values say {v[key_]}")
 print("the release binary's install, run with each rendering's flags, writes the conflist the values ask for")

@@ -97,6 +97,9 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- range $v.sockets }}
 {{- $args = append $args (printf "--socket=%s" .) }}
 {{- end }}
+{{- with $v.delegateWriter }}
+{{- $args = append $args (printf "--delegate-writer=%s" .) }}
+{{- end }}
 {{- if not (kindIs "invalid" $v.delegateTimeoutSeconds) }}
 {{- $args = append $args (printf "--delegate-timeout-seconds=%d" (int $v.delegateTimeoutSeconds)) }}
 {{- end }}

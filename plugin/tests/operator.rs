@@ -393,7 +393,7 @@ mod keep {
 
     /// A running `cni-guard keep`, killed when dropped if a test failed before stopping it.
     /// Its log is read as it comes, so a test can wait for what keep says it did.
-    struct Keeper {
+    pub(super) struct Keeper {
         child: Option<Child>,
         log: Arc<std::sync::Mutex<String>>,
         reader: Option<std::thread::JoinHandle<()>>,
@@ -401,13 +401,18 @@ mod keep {
 
     impl Keeper {
         fn start(node: &Node) -> Keeper {
+            Keeper::spawn(&[
+                "keep".to_owned(),
+                format!("--conf-dir={}", node.conf.display()),
+                "--delegate=/etc/cni/net.d/00-multus.conf".to_owned(),
+                "--attachment=/etc/cni/multus/net.d/05-cilium.conflist".to_owned(),
+            ])
+        }
+
+        /// `cni-guard` with these arguments, its log read as it comes.
+        pub(super) fn spawn(args: &[String]) -> Keeper {
             let mut child = guard()
-                .args([
-                    "keep",
-                    &format!("--conf-dir={}", node.conf.display()),
-                    "--delegate=/etc/cni/net.d/00-multus.conf",
-                    "--attachment=/etc/cni/multus/net.d/05-cilium.conflist",
-                ])
+                .args(args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -437,7 +442,7 @@ mod keep {
         }
 
         /// Waits until keep has logged `needle` (`count` times in all).
-        fn wait_log(&self, needle: &str, count: usize) {
+        pub(super) fn wait_log(&self, needle: &str, count: usize) {
             let start = Instant::now();
             loop {
                 let log = self.log.lock().unwrap().clone();
@@ -453,7 +458,7 @@ mod keep {
         }
 
         /// Sends SIGTERM and returns the exit status and everything it logged.
-        fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        pub(super) fn terminate(mut self) -> (std::process::ExitStatus, String) {
             // SAFETY: sending a signal to our own child process.
             assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
             let status = self.child.take().unwrap().wait().unwrap();
@@ -751,6 +756,62 @@ mod check {
                 text(&out.stderr)
             );
         }
+    }
+
+    /// keep logs each change of readiness, the first at start, as `check` sees it: here without
+    /// metrics (its own thread checks once a second). The log is the only synchronisation.
+    #[test]
+    fn keep_logs_each_readiness_change() {
+        let host = Host::ready();
+        let keeper = super::keep::Keeper::spawn(&[
+            "keep".to_owned(),
+            format!("--conf-dir={}", host.path("etc/cni/net.d").display()),
+            format!("--delegate=/{DELEGATE}"),
+            format!("--attachment=/{ATTACHMENT}"),
+            "--delegate-writer=Multus".to_owned(),
+            format!("--host-root={}", host.root.display()),
+            "--cni-path=/opt/cni/bin".to_owned(),
+        ]);
+        let ready = "cni-guard keep: ready: ADD would proceed (delegate /etc/cni/net.d/00-multus.conf, \
+            attachment /etc/cni/multus/net.d/05-cilium.conflist, plugins \"cilium-cni\", \"multus-shim\")\n";
+        keeper.wait_log(ready, 1);
+        // Multus goes away: its file is deleted.
+        let multus = fs::read(host.path(DELEGATE)).unwrap();
+        fs::remove_file(host.path(DELEGATE)).unwrap();
+        let missing = "cni-guard keep: not ready: delegate /etc/cni/net.d/00-multus.conf does not \
+            exist (written by Multus); ADD answers 11 (try again later)\n";
+        keeper.wait_log(missing, 1);
+        // Back, but Cilium's binary is gone meanwhile: a change of reason is logged too.
+        fs::remove_file(host.path("opt/cni/bin/cilium-cni")).unwrap();
+        // Written whole (a rename), as Multus writes it: no check sees half a file.
+        let tmp = host.path("etc/cni/net.d/.00-multus.conf.tmp");
+        fs::write(&tmp, &multus).unwrap();
+        fs::rename(&tmp, host.path(DELEGATE)).unwrap();
+        let no_plugin = "cni-guard keep: not ready: plugin \"cilium-cni\" is not in CNI_PATH \
+            /opt/cni/bin; ADD answers 11 (try again later)\n";
+        keeper.wait_log(no_plugin, 1);
+        // The binary comes back whole and executable (a rename, as an installer does).
+        let tmp = host.path("opt/cni/bin/.cilium-cni.tmp");
+        fs::write(&tmp, "#!/bin/sh\nexit 0\n").unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&tmp, host.path("opt/cni/bin/cilium-cni")).unwrap();
+        keeper.wait_log(ready, 2);
+        let (status, log) = keeper.terminate();
+        assert!(status.success(), "{log}");
+        // Each state once per change, in order; nothing logged while nothing changed.
+        let states: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.starts_with("cni-guard keep: ready: ")
+                    || l.starts_with("cni-guard keep: not ready: ")
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [ready, missing, no_plugin, ready].map(str::trim_end),
+            "{log}"
+        );
+        assert_eq!(fs::read(host.path(DELEGATE)).unwrap(), multus);
     }
 
     #[test]

@@ -126,7 +126,10 @@ for overlay in ["base", "multus-cilium"]:
         check(res.get("requests") and res.get("limits"), f"{overlay}: {c['name']} resources")
     check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{overlay}: commands")
     inst = [f for f in flags(install["args"][1:]) if f[0] != "--bin-dir"]
-    kept = flags(keep["args"][1:])
+    # keep's own flags first: where its readiness checks look (the probe's root and plugin path).
+    check(flags(keep["args"][1:3]) == [("--host-root", "/host"), ("--cni-path", "/opt/cni/bin")],
+          f"{overlay}: keep's readiness flags are {keep['args'][1:3]}")
+    kept = flags(keep["args"][3:])
     check(inst == kept, f"{overlay}: install and keep must write the same conflist:\n{inst}\n{kept}")
     probe = keep["readinessProbe"]["exec"]["command"]
     check(probe[:2] == ["/cni-guard", "check"], f"{overlay}: probe runs check")

@@ -277,7 +277,8 @@ def values(name):
     return v
 
 # --- 2. the chart renders what kustomize renders ---------------------------------------------
-# keep's metrics flags: the address, and the host root and plugin path its cni_guard_ready uses.
+# keep's own flags: the metrics address, and the host root and plugin path of its readiness
+# checks (its log, and cni_guard_ready). Only --metrics-address differs from kustomize's.
 KEEP_METRICS_FLAGS = ("--metrics-address=", "--host-root=", "--cni-path=")
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
                "app.kubernetes.io/version"}
@@ -305,7 +306,7 @@ def normalise(doc):
         for v in spec.get("volumes", []):
             v["name"] = "host:" + v["hostPath"]["path"]
         for c in spec.get("initContainers", []) + spec["containers"]:
-            c["args"] = [a for a in c.get("args", []) if not a.startswith(KEEP_METRICS_FLAGS)]
+            c["args"] = [a for a in c.get("args", []) if not a.startswith("--metrics-address=")]
             c["ports"] = [p for p in c.get("ports", []) if p.get("name") != "metrics"]
             if not c["ports"]:
                 del c["ports"]
@@ -362,6 +363,9 @@ for name in names + ["base"]:
     check(pf["--config"] == kf["--conf-dir"] + "/" + kf["--conf-name"],
           f"{name}: the probe checks the file keep writes")
     check(pf["--cni-path"] == v["binDir"] and pf["--host-root"] == "/host", f"{name}: probe paths")
+    own = [f for f in flags(keep["args"][1:]) if f[0] in ("--host-root", "--cni-path")]
+    check(own == [("--host-root", "/host"), ("--cni-path", v["binDir"])],
+          f"{name}: keep checks readiness where the probe does: {own}")
     # The values reach the flags.
     want = {"--delegate": [v["delegate"]], "--attachment": v["attachments"],
             "--socket": v["sockets"],

@@ -70,15 +70,19 @@ whatever differs from its own flags) always writes the same bytes as install.
 
   include "cni-guard.args" (dict "verb" "install" "root" $)
 
-install: the verb, --bin-dir, the conflist flags. keep: the verb, the same conflist flags, then
---metrics-address when metrics are enabled. The order of the conflist flags is deploy/base's.
+install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root and --cni-path
+(for its readiness checks: the log, and cni_guard_ready), the same conflist flags, then
+--metrics-address when metrics are enabled. The order of the flags is deploy/base's.
 */}}
 {{- define "cni-guard.args" -}}
 {{- $v := .root.Values }}
 {{- $args := list .verb }}
 {{- if eq .verb "install" }}
 {{- $args = append $args (printf "--bin-dir=%s" (include "cni-guard.inPod" $v.binDir)) }}
-{{- else if ne .verb "keep" }}
+{{- else if eq .verb "keep" }}
+{{- $args = append $args "--host-root=/host" }}
+{{- $args = append $args (printf "--cni-path=%s" $v.binDir) }}
+{{- else }}
 {{- fail (printf "cni-guard.args: unknown verb %q" .verb) }}
 {{- end }}
 {{- $args = append $args (printf "--conf-dir=%s" (include "cni-guard.inPod" $v.confDir)) }}
@@ -114,8 +118,6 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- end }}
 {{- if and (eq .verb "keep") $v.metrics.enabled }}
 {{- $args = append $args (printf "--metrics-address=%s" (include "cni-guard.metricsAddress" .root)) }}
-{{- $args = append $args "--host-root=/host" }}
-{{- $args = append $args (printf "--cni-path=%s" $v.binDir) }}
 {{- end }}
 {{- toYaml $args }}
 {{- end }}

@@ -40,8 +40,44 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The image: REPOSITORY@DIGEST when image.digest is set, else REPOSITORY:TAG (the appVersion when
+image.tag is empty).
+*/}}
 {{- define "cni-guard.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pods' labels: podLabels, then the chart's own over them (the selector must hold).
+*/}}
+{{- define "cni-guard.allPodLabels" -}}
+{{- $own := include "cni-guard.podLabels" . | fromYaml }}
+{{- toYaml (merge $own (deepCopy .Values.podLabels)) }}
+{{- end }}
+
+{{/*
+Refuses values that cannot work together; included by the DaemonSet.
+*/}}
+{{- define "cni-guard.validate" -}}
+{{- if and .Values.podMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "podMonitor.enabled needs metrics.enabled: keep serves /metrics only with --metrics-address" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "serviceMonitor.enabled needs metrics.enabled: keep serves /metrics only with --metrics-address" }}
+{{- end }}
+{{- if and .Values.podMonitor.enabled .Values.serviceMonitor.enabled }}
+{{- fail "podMonitor.enabled and serviceMonitor.enabled: choose one, each scrapes every pod (the series would be doubled)" }}
+{{- end }}
+{{- range .Values.extraArgs }}
+{{- if regexMatch "^--(bin-dir|conf-dir|conf-name|delegate|attachment|socket|cache-dir|metrics-address|host-root|cni-path)(=|$)" . }}
+{{- fail (printf "extraArgs: %s: the chart mounts and probes by its own value of that flag (see values.yaml)" .) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -115,6 +151,9 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root an
 {{- end }}
 {{- if $v.strictPermissions }}
 {{- $args = append $args "--strict-permissions" }}
+{{- end }}
+{{- range $v.extraArgs }}
+{{- $args = append $args . }}
 {{- end }}
 {{- if and (eq .verb "keep") $v.metrics.enabled }}
 {{- $args = append $args (printf "--metrics-address=%s" (include "cni-guard.metricsAddress" .root)) }}

@@ -152,6 +152,9 @@ pub struct Entry {
     pub plugin_type: Field<String>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub delegate: Field<String>,
+    /// Who writes the delegate's file (`Multus`), named in refusals while it does not exist.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub delegate_writer: Field<String>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub attachments: Field<Vec<Value>>,
     #[serde(skip_serializing_if = "Field::is_absent")]
@@ -324,6 +327,10 @@ impl Entry {
                 ))
             }
         };
+        let delegate_writer = match string("delegateWriter", self.delegate_writer)? {
+            Some(w) => Some(writer_name(w)?),
+            None => None,
+        };
         let attachments = match self.attachments.given() {
             Ok(None) => Vec::new(),
             Ok(Some(items)) => items
@@ -408,6 +415,7 @@ impl Entry {
             name,
             plugin_type,
             delegate,
+            delegate_writer,
             attachments,
             sockets,
             wait,
@@ -434,6 +442,8 @@ pub struct GuardConfig {
     /// The `type` the runtime ran us as (normally `cni-guard`); used to detect recursion.
     pub plugin_type: String,
     pub delegate: PathBuf,
+    /// Who writes the delegate's file, said in a refusal while it does not exist.
+    pub delegate_writer: Option<String>,
     pub attachments: Vec<PathBuf>,
     /// Unix sockets that must accept connections (a daemon the delegate needs, such as Multus's).
     pub sockets: Vec<PathBuf>,
@@ -602,6 +612,31 @@ fn valid_attachments(
         .map(Some)
 }
 
+/// Upper bound on `delegateWriter`'s length, in characters: a component's name, not a text.
+pub const MAX_WRITER_CHARS: usize = 64;
+
+/// `delegateWriter`: a name said inside a one-line refusal, so no control characters (the
+/// runtime logs it and kubelet shows it in an event), not empty, and short.
+fn writer_name(name: String) -> std::result::Result<String, Invalid> {
+    const KEY: &str = "delegateWriter";
+    if name.trim().is_empty() {
+        return Err(invalid(KEY, format!("{KEY} is empty")));
+    }
+    if name.chars().count() > MAX_WRITER_CHARS {
+        return Err(invalid(
+            KEY,
+            format!("{KEY} is longer than {MAX_WRITER_CHARS} characters"),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(invalid(
+            KEY,
+            format!("{KEY} {name:?} has a control character"),
+        ));
+    }
+    Ok(name)
+}
+
 fn string(key: &'static str, field: Field<String>) -> std::result::Result<Option<String>, Invalid> {
     field
         .given()
@@ -716,6 +751,26 @@ mod tests {
         assert_eq!(c.wait, Duration::ZERO);
         assert_eq!(c.cache_dir, PathBuf::from(DEFAULT_CACHE_DIR));
         assert!(c.prev_result.is_none());
+        assert_eq!(c.delegate_writer, None);
+    }
+
+    #[test]
+    fn delegate_writer_is_taken_as_given() {
+        for name in [
+            "Multus",
+            "the Multus DaemonSet (kube-system/kube-multus-ds)",
+            "é",
+        ] {
+            let mut v = base();
+            v["delegateWriter"] = json!(name);
+            assert_eq!(parse(v).unwrap().delegate_writer.as_deref(), Some(name));
+        }
+        let mut v = base();
+        v["delegateWriter"] = json!(null);
+        assert_eq!(parse(v).unwrap().delegate_writer, None);
+        let mut v = base();
+        v["delegateWriter"] = json!("x".repeat(MAX_WRITER_CHARS));
+        assert!(parse(v).is_ok());
     }
 
     #[test]
@@ -796,6 +851,10 @@ mod tests {
             ("delegate", json!(null), 7, "delegate is required: the path of the real network's configuration"),
             ("delegate", json!("x.conf"), 7, "delegate \"x.conf\" is not an absolute path"),
             ("delegate", json!("/x\u{1}"), 7, "delegate \"/x\\u{1}\" contains control characters"),
+            ("delegateWriter", json!(1), 7, "delegateWriter is not a string"),
+            ("delegateWriter", json!(" "), 7, "delegateWriter is empty"),
+            ("delegateWriter", json!("a\nb"), 7, "delegateWriter \"a\\nb\" has a control character"),
+            ("delegateWriter", json!("x".repeat(65)), 7, "delegateWriter is longer than 64 characters"),
             ("attachments", json!({"a": 1}), 7, "attachments is not a list of paths"),
             ("attachments", json!(["/a", 1]), 7, "attachments[1] is not a string"),
             ("attachments", json!(["/a", "b"]), 7, "attachments[1] \"b\" is not an absolute path"),

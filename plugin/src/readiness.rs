@@ -9,6 +9,10 @@ use crate::invoke::find_plugin;
 use crate::netconf::NetworkConfig;
 use crate::sys;
 
+/// The reason of a file that is not there ("delegate /etc/cni/net.d/00-multus.conf does not
+/// exist"), as `NetworkConfig::load` says it.
+const MISSING: &str = "does not exist";
+
 /// One precondition of ADD.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Precondition {
@@ -62,7 +66,10 @@ impl Item {
     /// `plugin-missing`, `recursion`, `permissions`. `None` when it holds.
     pub fn reason_tag(&self) -> Option<&'static str> {
         let p = self.problem.as_ref()?;
-        let missing = p.msg() == "does not exist";
+        // A missing delegate's reason may name its writer after the words: "... (written by X)".
+        let missing = p.msg().strip_prefix(MISSING).is_some_and(|rest| {
+            rest.is_empty() || (rest.starts_with(" (written by ") && rest.ends_with(')'))
+        });
         Some(match (&self.what, *p.kind() == Kind::Misconfigured) {
             (Precondition::Permissions, _) => "permissions",
             (Precondition::Socket, _) => "socket-dead",
@@ -228,7 +235,16 @@ fn check_config(
     path: &Path,
     cfg: &GuardConfig,
 ) -> Option<NetworkConfig> {
-    match NetworkConfig::load(path, &cfg.plugin_type) {
+    let loaded = NetworkConfig::load(path, &cfg.plugin_type).map_err(|problem| {
+        match (&what, cfg.delegate_writer.as_deref()) {
+            // The delegate's file is missing: say who writes it, when the conflist says.
+            (Precondition::Delegate, Some(writer)) if problem.msg() == MISSING => {
+                problem.with_msg(format!("{MISSING} (written by {writer})"))
+            }
+            _ => problem,
+        }
+    });
+    match loaded {
         Ok(conf) => {
             report.items.push(Item::holds(what, path.to_owned()));
             if conf.loosely_writable {
@@ -380,6 +396,54 @@ mod tests {
             r.watch_dirs(&[f.bin()]),
             vec![f.dir.path().to_owned(), f.bin()]
         );
+    }
+
+    #[test]
+    fn a_missing_delegate_names_its_writer_when_told() {
+        let f = Fixture::new();
+        f.plugin("cilium-cni");
+        let d = f.dir.path().join("00-multus.conf");
+        let a = f.file(
+            "05-cilium.conflist",
+            r#"{"cniVersion":"0.3.1","name":"c","plugins":[{"type":"cilium-cni"}]}"#,
+        );
+        let mut cfg = f.config(&d, &[&a]);
+        cfg.delegate_writer = Some("Multus".into());
+        let r = check(&cfg, &[f.bin()]);
+        let e = r.error().unwrap();
+        assert_eq!(*e.kind(), Kind::NotReady);
+        assert_eq!(
+            e.msg(),
+            format!(
+                "cni-guard: network not ready: delegate {} does not exist (written by Multus)",
+                d.display()
+            )
+        );
+        assert_eq!(r.reason_tag(), Some("delegate-missing"));
+        // An attachment that is missing says no writer: the key is the delegate's.
+        let gone = f.dir.path().join("07-gone.conflist");
+        let plain = f.file(
+            "00-plain.conf",
+            r#"{"cniVersion":"1.0.0","name":"p","type":"cilium-cni"}"#,
+        );
+        let mut cfg = f.config(&plain, &[&gone]);
+        cfg.delegate_writer = Some("Multus".into());
+        let r = check(&cfg, &[f.bin()]);
+        assert_eq!(
+            r.error().unwrap().msg(),
+            format!(
+                "cni-guard: network not ready: attachment {} does not exist",
+                gone.display()
+            )
+        );
+        assert_eq!(r.reason_tag(), Some("attachment-missing"));
+        // A delegate that is there but invalid keeps its own reason.
+        let bad = f.file("00-bad.conf", "{");
+        let mut cfg = f.config(&bad, &[]);
+        cfg.delegate_writer = Some("Multus".into());
+        let r = check(&cfg, &[f.bin()]);
+        assert!(!r.error().unwrap().msg().contains("written by"));
+        assert_eq!(r.reason_tag(), Some("delegate-invalid"));
     }
 
     #[test]

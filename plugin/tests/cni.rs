@@ -195,6 +195,47 @@ mod add {
         assert!(fx.cache_files().is_empty());
     }
 
+    /// `delegateWriter` names who writes the delegate's file in the refusal while it is missing
+    /// (ADD 11, STATUS 50); once it is there the delegate runs as without the key.
+    #[test]
+    fn a_missing_delegate_refusal_names_its_writer() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.answer("multus-shim", "ADD", &result("1.1.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.1.0", json!({"delegateWriter": "Multus"}));
+        let want = format!(
+            "cni-guard: network not ready: delegate {} does not exist (written by Multus)",
+            fx.delegate_path().display()
+        );
+        let e = fx.run("ADD", &conf).error(11);
+        assert_eq!(e["msg"], want.as_str(), "{e}");
+        let status = fx.run_env(
+            "STATUS",
+            &conf,
+            &[
+                ("CNI_CONTAINERID", None),
+                ("CNI_IFNAME", None),
+                ("CNI_NETNS", None),
+            ],
+        );
+        assert_eq!(status.error(50)["msg"], want.as_str());
+        assert!(fx.calls().is_empty());
+        // Without the key the words are as before: nothing about a writer.
+        let plain = fx.run("ADD", &fx.guard("1.1.0", json!({}))).error(11);
+        assert!(
+            plain["msg"].as_str().unwrap().ends_with("does not exist"),
+            "{plain}"
+        );
+        // A writer's name that would break the one-line refusal is a configuration error.
+        let bad = fx.guard("1.1.0", json!({"delegateWriter": "Multus\nother"}));
+        let e = fx.run("ADD", &bad).error(7);
+        assert!(e["msg"].as_str().unwrap().contains("delegateWriter"), "{e}");
+        // The writer wrote it.
+        fx.delegate("multus-shim", "1.1.0");
+        fx.run("ADD", &conf).ok();
+        assert_eq!(fx.calls(), ["multus-shim ADD"]);
+    }
+
     #[test]
     fn refuses_at_once_while_a_required_socket_is_dead_and_names_it() {
         let fx = Fx::new();

@@ -213,9 +213,29 @@ fn counts_refusals_execs_and_errors_and_reports_readiness() {
         get(&s, "cni_guard_not_ready_seconds_total") >= 1.0,
         "{s:#?}"
     );
-    assert!(s
+    let build_info = s
         .keys()
-        .any(|k| k.starts_with("cni_guard_build_info{version=")));
+        .find(|k| k.starts_with("cni_guard_build_info{"))
+        .expect("cni_guard_build_info");
+    let version_line = std::process::Command::new(env!("CARGO_BIN_EXE_cni-guard"))
+        .arg("--version")
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    let version_line = String::from_utf8(version_line.stdout).unwrap();
+    let commit = version_line
+        .trim_end()
+        .strip_suffix(')')
+        .and_then(|l| l.rsplit_once("(commit "))
+        .map(|(_, c)| c)
+        .expect("--version names the commit");
+    assert_eq!(
+        *build_info,
+        format!(
+            r#"cni_guard_build_info{{version="{}",commit="{commit}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        )
+    );
 
     // Ready: one plugin at the guard's version is exec'd; one at another version that fails
     // ran as a child and is an error; DEL of the first is done with its recorded delegate.

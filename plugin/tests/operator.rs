@@ -393,7 +393,7 @@ mod keep {
 
     /// A running `cni-guard keep`, killed when dropped if a test failed before stopping it.
     /// Its log is read as it comes, so a test can wait for what keep says it did.
-    struct Keeper {
+    pub(super) struct Keeper {
         child: Option<Child>,
         log: Arc<std::sync::Mutex<String>>,
         reader: Option<std::thread::JoinHandle<()>>,
@@ -401,13 +401,18 @@ mod keep {
 
     impl Keeper {
         fn start(node: &Node) -> Keeper {
+            Keeper::spawn(&[
+                "keep".to_owned(),
+                format!("--conf-dir={}", node.conf.display()),
+                "--delegate=/etc/cni/net.d/00-multus.conf".to_owned(),
+                "--attachment=/etc/cni/multus/net.d/05-cilium.conflist".to_owned(),
+            ])
+        }
+
+        /// `cni-guard` with these arguments, its log read as it comes.
+        pub(super) fn spawn(args: &[String]) -> Keeper {
             let mut child = guard()
-                .args([
-                    "keep",
-                    &format!("--conf-dir={}", node.conf.display()),
-                    "--delegate=/etc/cni/net.d/00-multus.conf",
-                    "--attachment=/etc/cni/multus/net.d/05-cilium.conflist",
-                ])
+                .args(args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -437,7 +442,7 @@ mod keep {
         }
 
         /// Waits until keep has logged `needle` (`count` times in all).
-        fn wait_log(&self, needle: &str, count: usize) {
+        pub(super) fn wait_log(&self, needle: &str, count: usize) {
             let start = Instant::now();
             loop {
                 let log = self.log.lock().unwrap().clone();
@@ -453,7 +458,7 @@ mod keep {
         }
 
         /// Sends SIGTERM and returns the exit status and everything it logged.
-        fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        pub(super) fn terminate(mut self) -> (std::process::ExitStatus, String) {
             // SAFETY: sending a signal to our own child process.
             assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
             let status = self.child.take().unwrap().wait().unwrap();
@@ -701,6 +706,112 @@ mod check {
             "{last}"
         );
         assert!(last.contains("/etc/cni/net.d/00-multus.conf"), "{last}");
+    }
+
+    /// `install --delegate-writer`: the conflist carries `delegateWriter`, and `check` (like
+    /// ADD) says who writes the missing delegate; a name that cannot be said is a usage error.
+    #[test]
+    fn a_missing_delegate_names_its_writer_given_to_install() {
+        let host = Host::ready();
+        let install = |writer: &str| {
+            guard()
+                .args([
+                    "install",
+                    &format!("--bin-dir={}", host.path("opt/cni/bin").display()),
+                    &format!("--conf-dir={}", host.path("etc/cni/net.d").display()),
+                    &format!("--delegate=/{DELEGATE}"),
+                    &format!("--attachment=/{ATTACHMENT}"),
+                    "--delegate-writer",
+                    writer,
+                ])
+                .output()
+                .unwrap()
+        };
+        let out = install("Multus");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let conflist: serde_json::Value = serde_json::from_slice(
+            &fs::read(host.path("etc/cni/net.d/00-cni-guard.conflist")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(conflist["plugins"][0]["delegateWriter"], "Multus");
+        fs::remove_file(host.path(DELEGATE)).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(1));
+        assert_eq!(
+            only_failure(&report, "delegate"),
+            "✗ delegate   /etc/cni/net.d/00-multus.conf: does not exist (written by Multus)"
+        );
+        assert_eq!(
+            report.lines().last().unwrap(),
+            "not ready: ADD would be refused with CNI error 11 (try again later): \
+             cni-guard: network not ready: delegate /etc/cni/net.d/00-multus.conf does not exist \
+             (written by Multus)"
+        );
+        for bad in ["", "Mul\ntus"] {
+            let out = install(bad);
+            assert_eq!(out.status.code(), Some(2), "{bad:?}");
+            assert!(
+                text(&out.stderr).contains("--delegate-writer: delegateWriter"),
+                "{}",
+                text(&out.stderr)
+            );
+        }
+    }
+
+    /// keep logs each change of readiness, the first at start, as `check` sees it: here without
+    /// metrics (its own thread checks once a second). The log is the only synchronisation.
+    #[test]
+    fn keep_logs_each_readiness_change() {
+        let host = Host::ready();
+        let keeper = super::keep::Keeper::spawn(&[
+            "keep".to_owned(),
+            format!("--conf-dir={}", host.path("etc/cni/net.d").display()),
+            format!("--delegate=/{DELEGATE}"),
+            format!("--attachment=/{ATTACHMENT}"),
+            "--delegate-writer=Multus".to_owned(),
+            format!("--host-root={}", host.root.display()),
+            "--cni-path=/opt/cni/bin".to_owned(),
+        ]);
+        let ready = "cni-guard keep: ready: ADD would proceed (delegate /etc/cni/net.d/00-multus.conf, \
+            attachment /etc/cni/multus/net.d/05-cilium.conflist, plugins \"cilium-cni\", \"multus-shim\")\n";
+        keeper.wait_log(ready, 1);
+        // Multus goes away: its file is deleted.
+        let multus = fs::read(host.path(DELEGATE)).unwrap();
+        fs::remove_file(host.path(DELEGATE)).unwrap();
+        let missing = "cni-guard keep: not ready: delegate /etc/cni/net.d/00-multus.conf does not \
+            exist (written by Multus); ADD answers 11 (try again later)\n";
+        keeper.wait_log(missing, 1);
+        // Back, but Cilium's binary is gone meanwhile: a change of reason is logged too.
+        fs::remove_file(host.path("opt/cni/bin/cilium-cni")).unwrap();
+        // Written whole (a rename), as Multus writes it: no check sees half a file.
+        let tmp = host.path("etc/cni/net.d/.00-multus.conf.tmp");
+        fs::write(&tmp, &multus).unwrap();
+        fs::rename(&tmp, host.path(DELEGATE)).unwrap();
+        let no_plugin = "cni-guard keep: not ready: plugin \"cilium-cni\" is not in CNI_PATH \
+            /opt/cni/bin; ADD answers 11 (try again later)\n";
+        keeper.wait_log(no_plugin, 1);
+        // The binary comes back whole and executable (a rename, as an installer does).
+        let tmp = host.path("opt/cni/bin/.cilium-cni.tmp");
+        fs::write(&tmp, "#!/bin/sh\nexit 0\n").unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&tmp, host.path("opt/cni/bin/cilium-cni")).unwrap();
+        keeper.wait_log(ready, 2);
+        let (status, log) = keeper.terminate();
+        assert!(status.success(), "{log}");
+        // Each state once per change, in order; nothing logged while nothing changed.
+        let states: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.starts_with("cni-guard keep: ready: ")
+                    || l.starts_with("cni-guard keep: not ready: ")
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [ready, missing, no_plugin, ready].map(str::trim_end),
+            "{log}"
+        );
+        assert_eq!(fs::read(host.path(DELEGATE)).unwrap(), multus);
     }
 
     #[test]
@@ -964,14 +1075,42 @@ mod check {
 mod cli {
     use super::*;
 
+    /// The commit a build of this checkout names, found independently of build.rs: git's HEAD
+    /// when the workspace is a checkout, else CNI_GUARD_COMMIT, else `unknown`.
+    fn expected_commit() -> String {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let git = Command::new("git")
+            .arg("-C")
+            .arg(workspace)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| text(&o.stdout).trim().to_owned());
+        let id = git.or_else(|| std::env::var("CNI_GUARD_COMMIT").ok());
+        match id {
+            Some(id) if id.len() >= 12 => id[..12].to_ascii_lowercase(),
+            _ => "unknown".to_owned(),
+        }
+    }
+
     #[test]
-    fn version_names_the_spec_versions() {
+    fn version_is_the_crate_version_and_the_commit() {
         let out = run(&["--version"]);
         assert!(out.status.success());
-        let line = text(&out.stdout);
-        assert!(line.starts_with(&format!("cni-guard {}", env!("CARGO_PKG_VERSION"))));
+        assert_eq!(
+            text(&out.stdout),
+            format!(
+                "cni-guard {} (commit {})\n",
+                env!("CARGO_PKG_VERSION"),
+                expected_commit()
+            )
+        );
+        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+        // The CNI spec versions moved to --help.
+        let help = text(&run(&["--help"]).stdout);
         for v in ["0.4.0", "1.0.0", "1.1.0"] {
-            assert!(line.contains(v), "{line}");
+            assert!(help.contains(v), "{help}");
         }
     }
 

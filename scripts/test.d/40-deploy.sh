@@ -8,7 +8,10 @@
 #     install and keep writing the same conflist, the guide's paths);
 #  4. the exact commands the pods run (install, the readiness probe, uninstall) are run with the
 #     release binary against a temporary host root, /host/... mapped into it;
-#  5. the release binary is statically linked, under 3 MiB, and runs in an empty root.
+#  5. the release binary is statically linked, under 3 MiB, and runs in an empty root;
+#  6. scripts/build-image.sh is reproducible: the guard image of one binary built twice (another
+#     copy, umask and mtime) has one digest, and the release image (amd64, and arm64 where this
+#     machine can build it) built twice has one index digest, platforms as built.
 #
 # Needs kubectl (with kustomize v5; it is part of this machine's image) and python3 with pip.
 # Under CI=true anything missing is a failure; locally it skips loudly.
@@ -126,7 +129,10 @@ for overlay in ["base", "multus-cilium"]:
         check(res.get("requests") and res.get("limits"), f"{overlay}: {c['name']} resources")
     check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{overlay}: commands")
     inst = [f for f in flags(install["args"][1:]) if f[0] != "--bin-dir"]
-    kept = flags(keep["args"][1:])
+    # keep's own flags first: where its readiness checks look (the probe's root and plugin path).
+    check(flags(keep["args"][1:3]) == [("--host-root", "/host"), ("--cni-path", "/opt/cni/bin")],
+          f"{overlay}: keep's readiness flags are {keep['args'][1:3]}")
+    kept = flags(keep["args"][3:])
     check(inst == kept, f"{overlay}: install and keep must write the same conflist:\n{inst}\n{kept}")
     probe = keep["readinessProbe"]["exec"]["command"]
     check(probe[:2] == ["/cni-guard", "check"], f"{overlay}: probe runs check")
@@ -247,4 +253,47 @@ elif [ "${CI:-}" = true ]; then
 else
   echo "40-deploy: SKIPPED the empty-root run: needs root (chroot)" >&2
 fi
+
+echo "-- reproducible images"
+digest_of() { sed -n 's/.*(manifest \(sha256:[0-9a-f]*\)).*/\1/p; s/^build-image: digest \(sha256:[0-9a-f]*\)$/\1/p'; }
+cp "$BIN" "$WORK/other-copy"
+touch -d @86400 "$WORK/other-copy"
+first=$(bash scripts/build-image.sh guard "$WORK/guard-1.tar" "$BIN" | digest_of)
+second=$( (umask 077; bash scripts/build-image.sh guard "$WORK/guard-2.tar" "$WORK/other-copy") | digest_of)
+[ -n "$first" ] && [ "$first" = "$second" ] ||
+  { echo "40-deploy: FAIL: the guard image of one binary has two digests: $first $second" >&2; exit 1; }
+cmp "$WORK/guard-1.tar" "$WORK/guard-2.tar"
+echo "guard image built twice: $first both times, byte-identical tarballs"
+bash scripts/build-image.sh release "$WORK/release-1.tar" >"$WORK/release-1.log" 2>&1 ||
+  { cat "$WORK/release-1.log" >&2; echo "40-deploy: FAIL: build-image.sh release" >&2; exit 1; }
+(umask 077; bash scripts/build-image.sh release "$WORK/release-2.tar") >"$WORK/release-2.log" 2>&1 ||
+  { cat "$WORK/release-2.log" >&2; echo "40-deploy: FAIL: build-image.sh release (again)" >&2; exit 1; }
+first=$(digest_of <"$WORK/release-1.log")
+second=$(digest_of <"$WORK/release-2.log")
+[ -n "$first" ] && [ "$first" = "$second" ] && cmp -s "$WORK/release-1.tar" "$WORK/release-2.tar" ||
+  { echo "40-deploy: FAIL: the release image built twice: $first, then $second" >&2; exit 1; }
+grep -E '^build-image: (linux/|arm64 left out)' "$WORK/release-1.log"
+python3 - "$WORK/release-1.tar" "$BIN" <<'PY'
+import hashlib, json, subprocess, sys, tarfile
+t = tarfile.open(sys.argv[1])
+blob = lambda d: t.extractfile("blobs/sha256/" + d.split(":")[1]).read()
+(top,) = json.load(t.extractfile("index.json"))["manifests"]
+index = json.loads(blob(top["digest"]))
+platforms = [m["platform"]["architecture"] for m in index["manifests"]]
+if platforms[0] != "amd64":
+    sys.exit(f"40-deploy: FAIL: the release image's platforms are {platforms}")
+for m in index["manifests"]:
+    manifest = json.loads(blob(m["digest"]))
+    config = json.loads(blob(manifest["config"]["digest"]))
+    (layer,) = manifest["layers"]
+    files = tarfile.open(fileobj=__import__("io").BytesIO(blob(layer["digest"])))
+    names = [i.name for i in files.getmembers() if not i.isdir()]
+    member = files.getmember("./cni-guard")
+    if names != ["./cni-guard"] or member.mode != 0o755 or config["architecture"] != m["platform"]["architecture"]:
+        sys.exit(f"40-deploy: FAIL: {m['platform']}: files {names}, mode {oct(member.mode)}, config {config['architecture']}")
+    if config["config"]["Labels"]["org.opencontainers.image.version"] != subprocess.run(
+            [sys.argv[2], "--version"], capture_output=True, text=True).stdout.split()[1]:
+        sys.exit(f"40-deploy: FAIL: {m['platform']}: the image's version label is not the binary's")
+print(f"release image: {top['digest']}, platforms {', '.join(platforms)}, each /cni-guard alone (0755)")
+PY
 echo "40-deploy: all checks passed"

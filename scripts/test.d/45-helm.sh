@@ -12,15 +12,21 @@
 #     file keep writes, every /host mount is its host path, the probe can read each config's
 #     folder and reach each socket through the folder above it, and the install flags run by the
 #     release binary write the conflist the values ask for;
-#  6. `promtool test rules` (deploy/helm/cni-guard/tests/alert-test.yaml): the alert fires with
-#     the node and reason labels for a node not ready for more than 5 minutes, and not for a blip.
+#  6. `promtool test rules` (deploy/helm/cni-guard/tests/alert-test.yaml): CniGuardRefusingPods
+#     fires with the node and reason labels for a node not ready for more than 5 minutes, and not
+#     for a blip; CniGuardMissing for a node without a guard; each runbook_url's anchor is a
+#     heading of docs/operations/runbooks.md;
+#  7. the chart's conventions: kubeVersion (1.24 refused, 1.25 accepted), NOTES.txt, pod
+#     metadata, placement, pull secrets, digest, update strategy, extra flags and environment
+#     reach the DaemonSet; the ServiceMonitor's Service selects the pods; the README's values
+#     table is what values.yaml says (scripts/helm-docs.sh --check).
 #
 # Needs kubectl (kustomize), python3 with pip, and Go (scripts/setup-helm.sh builds helm and
 # promtool, pinned, once). Under CI=true anything missing is a failure; locally it skips loudly.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-K8S_VERSIONS=(1.37.0 1.33.0)
+K8S_VERSIONS=(1.37.0 1.33.0 1.25.0)
 VALIDATE_VERSION=1.37.0
 CHART=deploy/helm/cni-guard
 NAMESPACE=cni-guard
@@ -98,7 +104,8 @@ for v in "${VALUES[@]}"; do
   echo "helm template with $v values: $(grep -c '^kind:' "$WORK/helm-$v.yaml") objects"
 done
 # deploy/base's counterpart: the default values with the Namespace.
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true >"$WORK/helm-base.yaml"
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true \
+  --set delegateWriter=null >"$WORK/helm-base.yaml"
 for overlay in base multus-cilium; do
   kubectl kustomize "deploy/$overlay" >"$WORK/kustomize-$overlay.yaml"
 done
@@ -169,6 +176,16 @@ SHAPES = {
             }],
         },
     },
+    "ServiceMonitor": {
+        "apiVersion": str, "kind": str, "metadata": META,
+        "spec": {
+            "selector": {"matchLabels": "labels"},
+            "endpoints": [{
+                "port": str, "path": str, "interval": "duration", "scrapeTimeout": "duration",
+                "relabelings": [{"sourceLabels": [str], "targetLabel": str}],
+            }],
+        },
+    },
     "PrometheusRule": {
         "apiVersion": str, "kind": str, "metadata": META,
         "spec": {"groups": [{"name": str, "rules": [{
@@ -187,12 +204,12 @@ for path in files:
     check(doc, SHAPES[kind], kind)
     if not NAME.match(doc["metadata"]["name"]):
         fail(f"{kind}: bad name {doc['metadata']['name']}")
-    if kind == "PodMonitor":
-        (endpoint,) = doc["spec"]["podMetricsEndpoints"]
+    if kind in ("PodMonitor", "ServiceMonitor"):
+        (endpoint,) = doc["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
         if endpoint["port"] != "metrics":
-            fail("PodMonitor scrapes a port other than the keep container's `metrics`")
+            fail(f"{kind} scrapes a port other than the `metrics` one")
         if {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} not in endpoint["relabelings"]:
-            fail("PodMonitor does not label series with their node (the alert needs it)")
+            fail(f"{kind} does not label series with their node (the alerts need it)")
     else:
         # The rule group alone, for promtool check rules.
         with open(path[:-5] + ".rules.yml", "w") as f:
@@ -224,10 +241,25 @@ rejects=(
   "--set delegate=etc/cni/net.d/00-multus.conf|/delegate"
   "--set cniVersion=2.0.0|/cniVersion"
   "--set confName=guard.conf|/confName"
+  "--set delegateWriter=|/delegateWriter"
+  "--set-json 'delegateWriter=\"Mul\\ntus\"'|/delegateWriter"
+  "--set-json 'delegateWriter=1'|'/delegateWriter': got number, want"
   "--set 'sockets={run/multus/multus.sock}'|'/sockets/0': 'run/multus/multus.sock' does not match pattern"
   "--set-json 'sockets=\"/run/multus/multus.sock\"'|'/sockets': got string, want array"
   "--set 'sockets={/multus/multus.sock}'|sockets: /multus/multus.sock is in a folder directly in /"
   "--set metrics.enabled=false --set podMonitor.enabled=true|podMonitor.enabled needs metrics.enabled"
+  "--set metrics.enabled=false --set serviceMonitor.enabled=true|serviceMonitor.enabled needs metrics.enabled"
+  "--set podMonitor.enabled=true --set serviceMonitor.enabled=true|podMonitor.enabled and serviceMonitor.enabled: choose one"
+  "--set 'extraArgs={--delegate=/etc/other.conf}'|extraArgs: --delegate=/etc/other.conf: the chart mounts and probes"
+  "--set 'extraArgs={--host-root=/}'|extraArgs: --host-root=/: the chart mounts and probes"
+  "--set 'extraArgs={lock-wait-seconds=3}'|'/extraArgs/0': 'lock-wait-seconds=3' does not match pattern"
+  "--set image.digest=sha256:abc|'/image/digest': 'sha256:abc' does not match pattern"
+  "--set updateStrategy.type=Recreate|/updateStrategy/type"
+  "--set-json 'imagePullSecrets=[\"reg\"]'|'/imagePullSecrets/0': got string, want object"
+  "--set-json 'extraEnv=[{\"value\":\"1\"}]'|'/extraEnv/0': missing property 'name'"
+  "--set-json 'affinity={\"nodeAfinity\":{}}'|'/affinity': additional properties 'nodeAfinity' not allowed"
+  "--set podLabels.team=1|'/podLabels/team': got number, want string"
+  "--set prometheusRule.missing.for=soon|/prometheusRule/missing/for"
 )
 for case in "${rejects[@]}"; do
   args=${case%%|*}
@@ -237,7 +269,7 @@ for case in "${rejects[@]}"; do
   fi
   grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
   case $want in
-    *"podMonitor.enabled needs"* | *"is in a folder directly in /"*) ;;
+    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"*) ;;
     *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
   esac
   echo "rejected: $args ($want)"
@@ -248,6 +280,7 @@ python3 - "$WORK" "$BIN" "$CHART" "${VALUES[@]}" <<'PY'
 import copy, difflib, json, os, subprocess, sys, yaml
 
 work, binary, chart, names = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3], sys.argv[4:]
+CHART_APP_VERSION = yaml.safe_load(open(os.path.join(chart, "Chart.yaml")))["appVersion"]
 def load(name):
     with open(os.path.join(work, name + ".yaml")) as f:
         return [d for d in yaml.safe_load_all(f) if d]
@@ -273,7 +306,8 @@ def values(name):
     return v
 
 # --- 2. the chart renders what kustomize renders ---------------------------------------------
-# keep's metrics flags: the address, and the host root and plugin path its cni_guard_ready uses.
+# keep's own flags: the metrics address, and the host root and plugin path of its readiness
+# checks (its log, and cni_guard_ready). Only --metrics-address differs from kustomize's.
 KEEP_METRICS_FLAGS = ("--metrics-address=", "--host-root=", "--cni-path=")
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
                "app.kubernetes.io/version"}
@@ -301,7 +335,7 @@ def normalise(doc):
         for v in spec.get("volumes", []):
             v["name"] = "host:" + v["hostPath"]["path"]
         for c in spec.get("initContainers", []) + spec["containers"]:
-            c["args"] = [a for a in c.get("args", []) if not a.startswith(KEEP_METRICS_FLAGS)]
+            c["args"] = [a for a in c.get("args", []) if not a.startswith("--metrics-address=")]
             c["ports"] = [p for p in c.get("ports", []) if p.get("name") != "metrics"]
             if not c["ports"]:
                 del c["ports"]
@@ -340,6 +374,8 @@ print("the comparison tells deploy/base from deploy/multus-cilium")
 # --- 5. install and keep agree, for every values file -----------------------------------------
 for name in names + ["base"]:
     v = values(name) if name != "base" else values("default")
+    if name == "base":
+        v["delegateWriter"] = None  # rendered with --set delegateWriter=null, as deploy/base
     docs = load("helm-" + name)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
@@ -358,6 +394,9 @@ for name in names + ["base"]:
     check(pf["--config"] == kf["--conf-dir"] + "/" + kf["--conf-name"],
           f"{name}: the probe checks the file keep writes")
     check(pf["--cni-path"] == v["binDir"] and pf["--host-root"] == "/host", f"{name}: probe paths")
+    own = [f for f in flags(keep["args"][1:]) if f[0] in ("--host-root", "--cni-path")]
+    check(own == [("--host-root", "/host"), ("--cni-path", v["binDir"])],
+          f"{name}: keep checks readiness where the probe does: {own}")
     # The values reach the flags.
     want = {"--delegate": [v["delegate"]], "--attachment": v["attachments"],
             "--socket": v["sockets"],
@@ -365,11 +404,18 @@ for name in names + ["base"]:
             "--wait-seconds": [str(v["waitSeconds"])], "--cni-version": [v["cniVersion"]],
             "--conf-name": [v["confName"]], "--conf-dir": ["/host" + v["confDir"]],
             "--network-name": [v["networkName"]],
+            "--delegate-writer": [v["delegateWriter"]] if v.get("delegateWriter") else [],
             "--strict-permissions": [""] if v["strictPermissions"] else []}
     for flag, key_ in [("--delegate-timeout-seconds", "delegateTimeoutSeconds"),
                        ("--lock-wait-seconds", "lockWaitSeconds"),
                        ("--status-timeout-seconds", "statusTimeoutSeconds")]:
         want[flag] = [] if v[key_] is None else [str(v[key_])]
+    # extraArgs: after the values' own flags, in both containers.
+    for a in v.get("extraArgs", []):
+        n, _, val = a.partition("=")
+        want.setdefault(n, []).append(val)
+    check(kept[len(kept) - len(v.get("extraArgs", [])):] == flags(v.get("extraArgs", [])),
+          f"{name}: extraArgs are not the last conflist flags: {kept}")
     for flag, w in want.items():
         got = [val for n, val in kept if n == flag]
         check(got == w, f"{name}: {flag} is {got}, the values say {w}")
@@ -421,14 +467,51 @@ for name in names + ["base"]:
     check(entry.get("capabilities", {}) == {c: True for c in v["capabilities"]}, f"{name}: capabilities {entry}")
     check(entry.get("strictPermissions", False) == v["strictPermissions"], f"{name}: strictPermissions")
     check(entry.get("sockets", []) == v["sockets"], f"{name}: sockets {entry}")
-    for key_ in ["delegateTimeoutSeconds", "lockWaitSeconds", "statusTimeoutSeconds"]:
-        check(entry.get(key_) == v[key_], f"{name}: {key_} is {entry.get(key_)}, the values say {v[key_]}")
+    check(entry.get("delegateWriter") == (v.get("delegateWriter") or None),
+          f"{name}: delegateWriter is {entry.get('delegateWriter')}, the values say {v.get('delegateWriter')}")
+    for flag, key_ in [("--delegate-timeout-seconds", "delegateTimeoutSeconds"),
+                       ("--lock-wait-seconds", "lockWaitSeconds"),
+                       ("--status-timeout-seconds", "statusTimeoutSeconds")]:
+        expected = int(want[flag][-1]) if want[flag] else None
+        check(entry.get(key_) == expected, f"{name}: {key_} is {entry.get(key_)}, the values and extraArgs say {expected}")
+
+    # --- 7. the conventions reach the DaemonSet -------------------------------------------
+    tmeta = ds["spec"]["template"]["metadata"]
+    sel = ds["spec"]["selector"]["matchLabels"]
+    check(all(tmeta["labels"].get(k) == x for k, x in sel.items()), f"{name}: podLabels broke the selector")
+    for k, x in v.get("podLabels", {}).items():
+        if k not in sel and k != "app.kubernetes.io/instance":
+            check(tmeta["labels"].get(k) == x, f"{name}: podLabels {k} not on the pods")
+    check(tmeta.get("annotations", {}) == v.get("podAnnotations", {}), f"{name}: podAnnotations {tmeta.get('annotations')}")
+    check(spec.get("affinity", {}) == v.get("affinity", {}), f"{name}: affinity {spec.get('affinity')}")
+    check(spec.get("imagePullSecrets", []) == v.get("imagePullSecrets", []), f"{name}: imagePullSecrets")
+    check(ds["spec"].get("updateStrategy") == v["updateStrategy"], f"{name}: updateStrategy {ds['spec'].get('updateStrategy')}")
+    img = v["image"]
+    want_image = (f"{img['repository']}@{img['digest']}" if img.get("digest")
+                  else f"{img['repository']}:{img['tag'] or CHART_APP_VERSION}")
+    for c in (install, keep):
+        check(c["image"] == want_image, f"{name}: {c['name']} image {c['image']}, want {want_image}")
+        check(c.get("env", []) == v.get("extraEnv", []), f"{name}: {c['name']} env {c.get('env')}")
+    services = [d for d in docs if d["kind"] == "Service"]
+    monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    if v["serviceMonitor"]["enabled"]:
+        (svc,) = services
+        (mon,) = monitors
+        check(all(tmeta["labels"].get(k) == x for k, x in svc["spec"]["selector"].items()),
+              f"{name}: the Service does not select the pods")
+        check(svc["spec"].get("clusterIP") == "None", f"{name}: the Service is not headless")
+        check(all(svc["metadata"]["labels"].get(k) == x for k, x in mon["spec"]["selector"]["matchLabels"].items()),
+              f"{name}: the ServiceMonitor does not select the Service")
+        check([p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"], f"{name}: Service ports")
+    else:
+        check(not services and not monitors, f"{name}: a Service or ServiceMonitor without serviceMonitor.enabled")
 print("the release binary's install, run with each rendering's flags, writes the conflist the values ask for")
 PY
 
 echo "-- alert"
 "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set prometheusRule.enabled=true \
-  --set prometheusRule.for=5m --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
+  --set prometheusRule.for=5m --set prometheusRule.missing.for=10m \
+  --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
 mkdir -p "$WORK/alert"
 python3 -c 'import sys, yaml
 doc = yaml.safe_load(open(sys.argv[1]))
@@ -438,4 +521,51 @@ cp "$CHART/tests/alert-test.yaml" "$WORK/alert/"
 "$PROMTOOL" test rules "$WORK/alert/alert-test.yaml" >"$WORK/promtool.out" 2>&1 ||
   { cat "$WORK/promtool.out" >&2; fail "promtool test rules"; }
 grep -E 'SUCCESS|PASS' "$WORK/promtool.out" | sed 's/^ */promtool test rules: /'
+# Every alert has a runbook, and its anchor is a heading of docs/operations/runbooks.md (as
+# GitHub and most renderers make anchors: lower case, spaces to dashes, punctuation dropped).
+python3 - "$WORK/rule.yaml" docs/operations/runbooks.md <<'PY'
+import re, sys, yaml
+rules = yaml.safe_load(open(sys.argv[1]))["spec"]["groups"][0]["rules"]
+text = open(sys.argv[2]).read()
+anchors = {re.sub(r"[^a-z0-9 _-]", "", h.strip().lower()).replace(" ", "-")
+           for h in re.findall(r"^#+ (.+)$", text, re.M)}
+names = [r["alert"] for r in rules]
+if names != ["CniGuardRefusingPods", "CniGuardMissing"]:
+    sys.exit(f"45-helm: FAIL: the alerts are {names}")
+for r in rules:
+    url = r["annotations"].get("runbook_url", "")
+    page, _, anchor = url.partition("#")
+    if page != "docs/operations/runbooks.md" or anchor not in anchors:
+        sys.exit(f"45-helm: FAIL: {r['alert']}: runbook_url {url!r} is no heading of {sys.argv[2]}")
+    print(f"{r['alert']}: runbook {url}")
+PY
+
+echo "-- conventions"
+# kubeVersion: what the README's Talos releases run is covered, older is refused.
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.25.0 >/dev/null ||
+  fail "helm template refuses Kubernetes 1.25.0 (kubeVersion)"
+if "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.24.17 >"$WORK/kube.out" 2>&1; then
+  fail "helm template accepts Kubernetes 1.24.17 (kubeVersion)"
+fi
+grep -qF "kubeVersion" "$WORK/kube.out" || { cat "$WORK/kube.out" >&2; fail "1.24.17 refused for another reason"; }
+echo "kubeVersion: 1.25.0 accepted, 1.24.17 refused"
+# Chart and app are the crate's version.
+crate=$(sed -n 's/^version = "\(.*\)"$/\1/p' plugin/Cargo.toml)
+python3 - "$CHART/Chart.yaml" "$crate" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+if (c["version"], c["appVersion"]) != (sys.argv[2], sys.argv[2]):
+    sys.exit(f"45-helm: FAIL: chart {c['version']} / app {c['appVersion']}, the crate is {sys.argv[2]}")
+print(f"Chart.yaml: version and appVersion {sys.argv[2]}, as plugin/Cargo.toml")
+PY
+# NOTES.txt: rendered by an install (client-side dry run: no cluster), it names the commands.
+"$HELM" install cni-guard "$CHART" -n "$NAMESPACE" --dry-run=client \
+  -f "$CHART/ci/servicemonitor-values.yaml" >"$WORK/notes.out"
+for want in "kubectl -n $NAMESPACE rollout status daemonset/cni-guard" \
+  "/cni-guard check" "--config=/host/etc/cni/net.d/00-cni-guard.conflist" \
+  "kubectl -n $NAMESPACE logs POD -c keep" "ServiceMonitor cni-guard" "CniGuardRefusingPods"; do
+  grep -qF -- "$want" "$WORK/notes.out" || { sed -n '/^NOTES:/,$p' "$WORK/notes.out" >&2; fail "NOTES.txt does not say $want"; }
+done
+echo "NOTES.txt: rollout status, check, keep's log, the monitor and the alerts"
+bash scripts/helm-docs.sh --check
 echo "45-helm: all checks passed"

@@ -11,7 +11,8 @@
 //!   `error`);
 //! - `cni_guard_refusals_total{reason}`: refusals (codes 11 and 50) by reason;
 //! - `cni_guard_not_ready_seconds_total`: seconds this `keep` saw the node not ready;
-//! - `cni_guard_build_info{version}`: 1, with the binary's version.
+//! - `cni_guard_build_info{version,commit}`: 1, with the binary's version and the commit it was
+//!   built from (12 hex digits, or `unknown`).
 //!
 //! Counters start at 0 when `keep` starts (it begins a new events file), as a process's own
 //! counters do.
@@ -256,8 +257,9 @@ impl Collector {
             out,
             "# HELP cni_guard_build_info The cni-guard binary serving these metrics.\n\
              # TYPE cni_guard_build_info gauge\n\
-             cni_guard_build_info{{version=\"{}\"}} 1",
-            label(env!("CARGO_PKG_VERSION"))
+             cni_guard_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+            label(crate::build::VERSION),
+            label(crate::build::COMMIT)
         );
         out
     }
@@ -356,7 +358,12 @@ mod tests {
             ),
             1.0
         );
-        assert!(t.contains("cni_guard_build_info{version=\""));
+        let build_info = format!(
+            "cni_guard_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION"),
+            crate::build::COMMIT
+        );
+        assert!(t.contains(&build_info), "{t}");
     }
 
     #[test]

@@ -141,10 +141,60 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
 }
 
 /// Whether ADD would proceed now, by the same checks as `check` (the keeper's
-/// `cni_guard_ready`): `cni_path` as `--cni-path` would give it, else `CNI_PATH`, else the default.
-pub(crate) fn ready(config: &Path, host_root: Option<&Path>, cni_path: Option<OsString>) -> bool {
+/// `cni_guard_ready` and its log): `cni_path` as `--cni-path` would give it, else `CNI_PATH`,
+/// else the default. With it, in a few words, what holds (ready) or why not.
+pub(crate) fn state(
+    config: &Path,
+    host_root: Option<&Path>,
+    cni_path: Option<OsString>,
+) -> (bool, String) {
     let cni_path = CniPath::choose(cni_path, std::env::var_os("CNI_PATH"));
-    assess(config, host_root, cni_path).ready
+    let verdict = assess(config, host_root, cni_path);
+    let words = if verdict.ready {
+        ready_words(&verdict)
+    } else {
+        not_ready_words(&verdict)
+    };
+    (verdict.ready, words)
+}
+
+/// What holds: `ADD would proceed (delegate X, attachment Y, socket Z, plugins "a", "b")`.
+fn ready_words(verdict: &Verdict) -> String {
+    let mut parts: Vec<String> = verdict
+        .items
+        .iter()
+        .filter(|l| matches!(l.check, "delegate" | "attachment" | "socket"))
+        .map(|l| format!("{} {}", l.check, l.path))
+        .collect();
+    let plugins: Vec<String> = verdict
+        .items
+        .iter()
+        .filter_map(|l| l.plugin_type.as_ref().map(|t| format!("{t:?}")))
+        .collect();
+    if !plugins.is_empty() {
+        parts.push(format!("plugins {}", plugins.join(", ")));
+    }
+    format!("ADD would proceed ({})", parts.join(", "))
+}
+
+/// Why not: ADD's own refusal without its `cni-guard: ...` prefix, and the code it answers.
+fn not_ready_words(verdict: &Verdict) -> String {
+    let message = verdict.message.as_deref().unwrap_or("unknown");
+    match verdict.code {
+        Some(c) if c == code::TRY_AGAIN_LATER => format!(
+            "{}; ADD answers {c} (try again later)",
+            message
+                .strip_prefix("cni-guard: network not ready: ")
+                .unwrap_or(message)
+        ),
+        Some(c) => format!(
+            "misconfigured: {}; ADD answers {c}",
+            message
+                .strip_prefix("cni-guard is misconfigured: ")
+                .unwrap_or(message)
+        ),
+        None => message.to_owned(),
+    }
 }
 
 fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {

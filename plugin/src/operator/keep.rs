@@ -33,6 +33,9 @@ Metrics (off unless --metrics-address is given):
                          readiness (as `check`), the plugin's decisions and refusals (counted
                          from <cacheDir>/{events}, which keep creates and rotates), the seconds
                          not ready
+
+Readiness (with metrics or without): keep checks once a second what `check` checks and logs
+each change, \"ready: ADD would proceed (...)\" or \"not ready: <why>\".
   --host-root DIR        where the host paths the conflist names are (in a pod: /host)
   --cni-path DIRS        where plugin binaries are, host paths [CNI_PATH, else /opt/cni/bin]
 
@@ -43,6 +46,9 @@ Metrics (off unless --metrics-address is given):
 
 /// How often the metrics thread checks readiness and counts new events.
 const METRICS_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often readiness is checked for the log when metrics are off (with metrics, each
+/// metrics tick and scrape checks it).
+const READINESS_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Events that can change what the guard's file holds, or tell that the folder went away.
 const WATCH_MASK: u32 = libc::IN_CREATE
@@ -95,15 +101,22 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         .map_err(|e| Error::new(Kind::Io, format!("watching {}: {e}", keeper.dir.display())))?;
 
     let mut pending = !keeper.ensure("wrote");
-    // Served on a thread of its own: the loop below never waits on a network peer.
-    if let Some(address) = &metrics_address {
-        Metrics::start(
+    let readiness = Readiness {
+        config: keeper.path.clone(),
+        host_root: host_root.clone(),
+        cni_path: cni_path.clone(),
+        last: None,
+    };
+    // Served on a thread of its own: the loop below never waits on a network peer. Readiness
+    // is checked there too, or on a thread of its own without metrics: the loop below never
+    // waits on a readiness check (a socket's connect, a slow file system).
+    match &metrics_address {
+        Some(address) => Metrics::start(
             address,
             under_root(host_root.as_deref(), &spec.cache_dir()),
-            keeper.path.clone(),
-            host_root.clone(),
-            cni_path.clone(),
-        )?;
+            readiness,
+        )?,
+        None => readiness.start()?,
     }
 
     let mut warned = BTreeSet::new();
@@ -171,22 +184,56 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
 /// on a thread of their own. What is counted and checked is shared with the connection threads.
 struct Metrics {
     collector: crate::metrics::Collector,
+    readiness: Readiness,
+}
+
+/// The node's readiness as `check` sees it, logged at each change: `ready: <what holds>` or
+/// `not ready: <why>`, the first time at start.
+struct Readiness {
     /// The conflist keep writes, checked as `check` checks it.
     config: PathBuf,
     host_root: Option<PathBuf>,
     cni_path: Option<OsString>,
+    /// What was logged last.
+    last: Option<(bool, String)>,
+}
+
+impl Readiness {
+    /// Checks readiness now; logs it when it differs from the last check. Returns it.
+    fn check(&mut self) -> bool {
+        let now = super::check::state(
+            &self.config,
+            self.host_root.as_deref(),
+            self.cni_path.clone(),
+        );
+        if self.last.as_ref() != Some(&now) {
+            let (ready, words) = &now;
+            log(&format!(
+                "{}: {words}",
+                if *ready { "ready" } else { "not ready" }
+            ));
+            self.last = Some(now);
+        }
+        self.last.as_ref().is_some_and(|(ready, _)| *ready)
+    }
+
+    /// Without metrics: a thread of its own checks once every [`READINESS_TICK`].
+    fn start(mut self) -> Result<()> {
+        std::thread::Builder::new()
+            .name("readiness".into())
+            .spawn(move || loop {
+                self.check();
+                std::thread::sleep(READINESS_TICK);
+            })
+            .map(drop)
+            .map_err(|e| Error::new(Kind::Io, format!("readiness: cannot start a thread: {e}")))
+    }
 }
 
 impl Metrics {
     /// Binds `address` and starts the metrics thread. Fails (and keep with it) only when the
     /// events file or the address cannot be had.
-    fn start(
-        address: &str,
-        cache_dir: PathBuf,
-        config: PathBuf,
-        host_root: Option<PathBuf>,
-        cni_path: Option<OsString>,
-    ) -> Result<()> {
+    fn start(address: &str, cache_dir: PathBuf, readiness: Readiness) -> Result<()> {
         use crate::metrics::server::{Answer, Reply, Server};
         let collector = crate::metrics::Collector::start(&cache_dir).map_err(|e| {
             Error::new(
@@ -208,9 +255,7 @@ impl Metrics {
             .map_or_else(|_| address.to_owned(), |a| a.to_string());
         let mut m = Metrics {
             collector,
-            config,
-            host_root,
-            cni_path,
+            readiness,
         };
         m.tick();
         let shared = Arc::new(Mutex::new(m));
@@ -255,11 +300,7 @@ impl Metrics {
         if let Err(e) = self.collector.drain() {
             log(&format!("metrics: reading the events file: {e}"));
         }
-        let ready = super::check::ready(
-            &self.config,
-            self.host_root.as_deref(),
-            self.cni_path.clone(),
-        );
+        let ready = self.readiness.check();
         self.collector
             .observe_ready(ready, std::time::Instant::now());
     }

@@ -17,10 +17,12 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 
-/// The CNI specification versions the guard speaks, as `--version` reports them.
+/// The CNI specification versions the guard speaks, as `--help` lists them.
 pub use crate::version::SUPPORTED as SPEC_VERSIONS;
 
-const USAGE: &str = "\
+fn usage() -> String {
+    format!(
+        "\
 cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.
 
 Run by a container runtime (CNI_COMMAND set), it is the plugin. Run by hand or by its
@@ -30,17 +32,20 @@ DaemonSet, it is its own installer:
   cni-guard uninstall   remove the conflist, then the binary
   cni-guard keep        put the conflist back whenever something deletes, renames or rewrites it
   cni-guard check       say whether ADD would proceed now, one line per precondition
-  cni-guard --version   print the version and the CNI spec versions supported
+  cni-guard --version   print the version and the commit it was built from
 
 Each command takes --help. Exit codes: 0 done or ready, 1 failed, refused or not ready,
-2 wrong command line.
-";
+2 wrong command line. CNI spec versions spoken: {}.
+",
+        SPEC_VERSIONS.join(", ")
+    )
+}
 
 /// Entry point of operator mode; `args` excludes argv[0]. Returns the process exit code.
 pub fn run(args: Vec<OsString>) -> i32 {
     let mut args = args.into_iter();
     let Some(command) = args.next() else {
-        crate::log::to_stderr(USAGE.trim_end());
+        crate::log::to_stderr(usage().trim_end());
         return 2;
     };
     let rest: Vec<OsString> = args.collect();
@@ -50,11 +55,11 @@ pub fn run(args: Vec<OsString>) -> i32 {
         "keep" => finish("keep", keep::run(rest)),
         "check" => finish("check", check::run(rest)),
         "--version" | "-V" | "version" => {
-            println!("{}", version_line());
+            println!("{}", crate::build::version_line());
             0
         }
         "--help" | "-h" | "help" => {
-            print!("{USAGE}");
+            print!("{}", usage());
             0
         }
         other => {
@@ -64,14 +69,6 @@ pub fn run(args: Vec<OsString>) -> i32 {
             2
         }
     }
-}
-
-pub fn version_line() -> String {
-    format!(
-        "cni-guard {} (CNI spec versions: {})",
-        env!("CARGO_PKG_VERSION"),
-        SPEC_VERSIONS.join(", ")
-    )
 }
 
 /// The operator edge: a command's error is its message on stderr and its exit code (2 for a

@@ -30,6 +30,8 @@ Where this process writes (a path as mounted in this container):
 
 Written into the conflist (host paths, as the plugin sees them when containerd runs it):
   --delegate FILE        the real network's config, e.g. /etc/cni/net.d/00-multus.conf (required)
+  --delegate-writer NAME who writes that file, e.g. Multus: a refusal while it is missing then
+                         says \"does not exist (written by NAME)\"
   --attachment FILE      a config the delegate needs, e.g. /etc/cni/multus/net.d/05-cilium.conflist
                          (repeatable)
   --socket FILE          a unix socket that must accept connections, e.g. Multus's
@@ -86,10 +88,11 @@ enum Takes {
 /// The conflist flags, and the key of the guard's entry each one sets. `take_flag` knows no
 /// others, and a test proves that they are the schema's keys ([`Entry`]) less those the runtime
 /// adds and `type`, each once.
-const KEY_FLAGS: [(&str, &str, Takes); 16] = [
+const KEY_FLAGS: [(&str, &str, Takes); 17] = [
     ("--network-name", "name", Takes::Text),
     ("--cni-version", "cniVersion", Takes::Text),
     ("--delegate", "delegate", Takes::Path),
+    ("--delegate-writer", "delegateWriter", Takes::Text),
     ("--attachment", "attachments", Takes::ListedPath),
     ("--socket", "sockets", Takes::ListedPath),
     ("--cache-dir", "cacheDir", Takes::Path),
@@ -414,9 +417,12 @@ mod tests {
             "delegateTimeoutSeconds",
             "lockWaitSeconds",
             "capabilities",
+            "delegateWriter",
         ] {
             assert!(plugin(&spec).get(key).is_none(), "{key}");
         }
+        let spec = with(&["--delegate-writer", "Multus"]).unwrap();
+        assert_eq!(plugin(&spec)["delegateWriter"], "Multus");
         let spec = with(&["--strict-permissions", "--lock-wait-seconds=0"]).unwrap();
         assert_eq!(plugin(&spec)["strictPermissions"], true);
         assert_eq!(plugin(&spec)["lockWaitSeconds"], 0);
@@ -438,6 +444,7 @@ mod tests {
             "--cni-version=1.1.0",
             "--capability=portMappings",
             "--capability=bandwidth",
+            "--delegate-writer=Multus",
         ])
         .unwrap();
         spec.validate().unwrap();
@@ -459,6 +466,7 @@ mod tests {
         assert_eq!(cfg.status_timeout, Duration::from_secs(2));
         assert_eq!(cfg.cache_dir, PathBuf::from("/var/lib/cni/elsewhere"));
         assert!(cfg.strict_permissions);
+        assert_eq!(cfg.delegate_writer.as_deref(), Some("Multus"));
         assert_eq!(cfg.name, "guarded");
         assert_eq!(cfg.cni_version, "1.1.0");
         assert_eq!(cfg.plugin_type, PLUGIN_TYPE);
@@ -529,7 +537,7 @@ mod tests {
     #[test]
     fn rejects_what_the_plugin_would_refuse_with_code_2() {
         with(&[]).unwrap().validate().unwrap();
-        let bad: [(&[&str], &str); 12] = [
+        let bad: [(&[&str], &str); 14] = [
             (
                 &["--delegate=d.conf"],
                 "--delegate: delegate \"d.conf\" is not an absolute path",
@@ -566,6 +574,14 @@ mod tests {
             ),
             (&["--capability="], "--capability \"\": empty name"),
             (&["--delegate=/a\n"], "contains control characters"),
+            (
+                &["--delegate-writer="],
+                "--delegate-writer: delegateWriter is empty",
+            ),
+            (
+                &["--delegate-writer=Mul\ttus"],
+                "--delegate-writer: delegateWriter \"Mul\\ttus\" has a control character",
+            ),
         ];
         for (extra, want) in bad {
             let err = match with(extra) {

@@ -40,8 +40,44 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The image: REPOSITORY@DIGEST when image.digest is set, else REPOSITORY:TAG (the appVersion when
+image.tag is empty).
+*/}}
 {{- define "cni-guard.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pods' labels: podLabels, then the chart's own over them (the selector must hold).
+*/}}
+{{- define "cni-guard.allPodLabels" -}}
+{{- $own := include "cni-guard.podLabels" . | fromYaml }}
+{{- toYaml (merge $own (deepCopy .Values.podLabels)) }}
+{{- end }}
+
+{{/*
+Refuses values that cannot work together; included by the DaemonSet.
+*/}}
+{{- define "cni-guard.validate" -}}
+{{- if and .Values.podMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "podMonitor.enabled needs metrics.enabled: keep serves /metrics only with --metrics-address" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "serviceMonitor.enabled needs metrics.enabled: keep serves /metrics only with --metrics-address" }}
+{{- end }}
+{{- if and .Values.podMonitor.enabled .Values.serviceMonitor.enabled }}
+{{- fail "podMonitor.enabled and serviceMonitor.enabled: choose one, each scrapes every pod (the series would be doubled)" }}
+{{- end }}
+{{- range .Values.extraArgs }}
+{{- if regexMatch "^--(bin-dir|conf-dir|conf-name|delegate|attachment|socket|cache-dir|metrics-address|host-root|cni-path)(=|$)" . }}
+{{- fail (printf "extraArgs: %s: the chart mounts and probes by its own value of that flag (see values.yaml)" .) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -70,15 +106,19 @@ whatever differs from its own flags) always writes the same bytes as install.
 
   include "cni-guard.args" (dict "verb" "install" "root" $)
 
-install: the verb, --bin-dir, the conflist flags. keep: the verb, the same conflist flags, then
---metrics-address when metrics are enabled. The order of the conflist flags is deploy/base's.
+install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root and --cni-path
+(for its readiness checks: the log, and cni_guard_ready), the same conflist flags, then
+--metrics-address when metrics are enabled. The order of the flags is deploy/base's.
 */}}
 {{- define "cni-guard.args" -}}
 {{- $v := .root.Values }}
 {{- $args := list .verb }}
 {{- if eq .verb "install" }}
 {{- $args = append $args (printf "--bin-dir=%s" (include "cni-guard.inPod" $v.binDir)) }}
-{{- else if ne .verb "keep" }}
+{{- else if eq .verb "keep" }}
+{{- $args = append $args "--host-root=/host" }}
+{{- $args = append $args (printf "--cni-path=%s" $v.binDir) }}
+{{- else }}
 {{- fail (printf "cni-guard.args: unknown verb %q" .verb) }}
 {{- end }}
 {{- $args = append $args (printf "--conf-dir=%s" (include "cni-guard.inPod" $v.confDir)) }}
@@ -97,6 +137,9 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- range $v.sockets }}
 {{- $args = append $args (printf "--socket=%s" .) }}
 {{- end }}
+{{- with $v.delegateWriter }}
+{{- $args = append $args (printf "--delegate-writer=%s" .) }}
+{{- end }}
 {{- if not (kindIs "invalid" $v.delegateTimeoutSeconds) }}
 {{- $args = append $args (printf "--delegate-timeout-seconds=%d" (int $v.delegateTimeoutSeconds)) }}
 {{- end }}
@@ -109,10 +152,11 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, the same confl
 {{- if $v.strictPermissions }}
 {{- $args = append $args "--strict-permissions" }}
 {{- end }}
+{{- range $v.extraArgs }}
+{{- $args = append $args . }}
+{{- end }}
 {{- if and (eq .verb "keep") $v.metrics.enabled }}
 {{- $args = append $args (printf "--metrics-address=%s" (include "cni-guard.metricsAddress" .root)) }}
-{{- $args = append $args "--host-root=/host" }}
-{{- $args = append $args (printf "--cni-path=%s" $v.binDir) }}
 {{- end }}
 {{- toYaml $args }}
 {{- end }}

@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   containernetworking-plugins # reference plugins in /usr/lib/cni
   iproute2 iptables           # namespaces, links, the portmap plugin's rules
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross # the arm64 image (scripts/build-image.sh release)
   golang-go golang-github-appc-cni-dev dpkg-dev # building cnitool from source
   containerd runc busybox-static                # the containerd suites
   hyperfine                                     # the latency measurements
@@ -82,6 +83,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   if [ -n "$policy_added" ]; then rm -f "$policy"; fi
 else
   say "apt packages present"
+fi
+
+# The Rust target of the arm64 image (scripts/build-image.sh cross-builds it with the linker
+# above); rustup keeps it with the toolchain, so a second run finds it.
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+  say "adding the Rust target aarch64-unknown-linux-gnu"
+  rustup target add aarch64-unknown-linux-gnu
 fi
 
 # --- 2. cnitool from the source package, offline -----------------------------------------------

@@ -13,6 +13,7 @@
 # it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
 #   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler
 #   containerd 2.x (private config, root, state and sockets) <- kubelet (cgroupfs, cgroup v1)
+#   guard-syslog (the guard's log on this node: logs/guard-syslog.log, through CNI_GUARD_SYSLOG)
 # The node's CNI folders are private, under $CLUSTER_DIR/node:
 #   etc/cni/net.d          containerd's conf_dir (the node's /etc/cni/net.d); Multus writes
 #                          00-multus.conf here
@@ -79,7 +80,25 @@ case "${CLUSTER_MULTUS_MASTER:-}" in
 esac
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
-DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler guard-syslog containerd kubelet)
+# The guard's syslog on this node (there is no /dev/log here): containerd hands CNI_GUARD_SYSLOG
+# to every plugin it runs, and guard-syslog writes each datagram the guard sends as one line of
+# logs/guard-syslog.log ("<14>cni-guard[PID]: verb=ADD ... decision=refused code=11 ...").
+# libcni drops a failing plugin's stderr, so without it a refusal leaves no line of the guard's.
+GUARD_SYSLOG=$NODE/run/cni-guard-syslog.sock
+GUARD_SYSLOG_SINK='
+import os, socket, sys
+path = sys.argv[1]
+if os.path.exists(path):
+    os.unlink(path)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+s.bind(path)
+while True:
+    line = s.recv(65536).decode(errors="replace").rstrip("\n").replace("\n", " ")
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+'
 SANDBOX_IMAGE=localhost/cni-guard-test/sandbox:1
 TEST_IMAGE=localhost/cni-guard-test/busybox:1
 GUARD_IMAGE=localhost/cni-guard:dev
@@ -619,8 +638,10 @@ up() {
   make_images
   # containerd finds its shim in PATH: its own, not Debian's 1.6 shim in /usr/bin (that one
   # fails with "start failed: io.containerd.runc.v2: type with url <id>: not found").
-  start containerd env PATH="$CONTAINERD2_BIN:$PATH" "$CONTAINERD2_BIN/containerd" \
-    --config "$NODE/etc/containerd/config.toml"
+  start guard-syslog python3 -c "$GUARD_SYSLOG_SINK" "$GUARD_SYSLOG"
+  wait_for "the guard's syslog socket (logs/guard-syslog.log)" test -S "$GUARD_SYSLOG"
+  start containerd env PATH="$CONTAINERD2_BIN:$PATH" CNI_GUARD_SYSLOG="$GUARD_SYSLOG" \
+    "$CONTAINERD2_BIN/containerd" --config "$NODE/etc/containerd/config.toml"
   wait_for "containerd (logs/containerd.log)" ctr version
   import_images
   start kubelet "$KUBERNETES_BIN/kubelet" --config="$NODE/etc/kubernetes/kubelet.yaml" \
@@ -702,7 +723,7 @@ down() {
     done
     stop containerd 15
   fi
-  for d in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
+  for d in guard-syslog kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
   kill_cgroup
   remove_cgroups
   remove_network

@@ -116,14 +116,22 @@ conformance/k8s/incident.sh
 conformance/k8s/autoconfig.sh
 
 # The incident under churn (conformance/k8s/churn.sh): one incident-summary line per layout and
-# guard, each run bringing the node up in its layout (about 80 s a run). What each line must show:
+# guard, each run bringing the node up in its layout (about 80 s a run). churn.sh itself fails a
+# run in which a Multus restart opened no window (00-multus.conf still there after 12 s). What
+# each line must show:
 #   original off   the incident: bare > 0
-#   seed-fix off   the seed's fix alone: bare = 0 (what it costs, notready_s, is printed)
-#   both on        bare = 0, teardown_failures = 0, the node never NotReady, and every pod
-#                  Running with net1 after the last restart (recovery_s a number, not "never")
+#   seed-fix off   the seed's fix alone: bare = 0, and what it costs, seen by the detectors that
+#                  must stay at 0 with the guard: teardown_failures > 0 and the node NotReady
+#                  (notready_s - unknown_s > 0: reported by the node, not a failed poll)
+#   both on        the window reached pods: refused > 0 (the guard's own log); bare = 0,
+#                  teardown_failures = 0, failed_sandboxes = 0, the node never NotReady (at most
+#                  $NOTREADY_MARGIN s not seen True: one poll on a loaded machine, where a real
+#                  NotReady lasts a kubelet status period, 38 s in the seed-fix off run), and every
+#                  pod Running with net1 after the last restart (recovery_s a number, not "never")
 # CNI_GUARD_K8S_CHURN=0 leaves them out (a quick local run); CI always runs them.
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
   summaries=()
+  NOTREADY_MARGIN=3
   for run in "original off" "original on" "seed-fix off" "seed-fix on"; do
     # shellcheck disable=SC2086 # LAYOUT GUARD
     line=$(conformance/k8s/churn.sh $run)
@@ -135,15 +143,27 @@ if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
     td=$(num "$line" teardown_failures)
     nr=$(num "$line" notready_s)
     rec=$(field "$line" recovery_s)
+    refused=$(num "$line" refused)
+    fs=$(num "$line" failed_sandboxes)
+    unk=$(num "$line" unknown_s)
     if [ "$pods" -eq 0 ] || [ "$full" -eq 0 ]; then echo "35-kubernetes: FAIL: $run: no pod came up full" >&2; exit 1; fi
     case "$run" in
       "original off")
         [ "$bare" -gt 0 ] || { echo "35-kubernetes: FAIL: original off: the incident did not happen (bare=0)" >&2; exit 1; } ;;
       "seed-fix off")
-        [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; } ;;
+        [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; }
+        # The detectors detect: this is the run where they must see something.
+        if [ "$td" -eq 0 ] || [ $((nr - unk)) -le 0 ]; then
+          echo "35-kubernetes: FAIL: seed-fix off: the detectors saw nothing (want teardown_failures > 0 and notready_s - unknown_s > 0): $line" >&2
+          exit 1
+        fi ;;
       *)
-        if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$nr" -ne 0 ] || [ "$rec" = never ]; then
-          echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 notready_s=0 and a recovery: $line" >&2
+        if [ "$refused" -eq 0 ]; then
+          echo "35-kubernetes: FAIL: $run: the guard refused nothing: the window reached no pod, nothing was shown: $line" >&2
+          exit 1
+        fi
+        if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$fs" -ne 0 ] || [ "$nr" -gt "$NOTREADY_MARGIN" ] || [ "$rec" = never ]; then
+          echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 failed_sandboxes=0 notready_s<=$NOTREADY_MARGIN and a recovery: $line" >&2
           exit 1
         fi ;;
     esac

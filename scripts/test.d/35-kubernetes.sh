@@ -89,18 +89,24 @@ for mode in no-guard guard guard-socket; do
   case "$mode" in
     guard)
       # No refusal by the guard (the file is there; the shim holds the ADD; if Multus took over
-      # 60 s to come back the shim's own error may show) and the probe Ready throughout.
+      # 60 s to come back the shim's own error may show) and the probe Ready throughout: at
+      # most one poll (3 s on the loaded machine) not seen Ready, where a failed probe keeps the
+      # pod NotReady a whole probe period (10 s).
       notready=$(num "$line" guard_notready_s)
-      if grep -q 'cni-guard: network not ready' <<<"$line" || [ "$notready" != 0 ]; then
+      if grep -q 'cni-guard: network not ready' <<<"$line" || [ "$notready" -gt 3 ]; then
         echo "35-kubernetes: FAIL: without sockets the guard refused or turned NotReady: $line" >&2
         exit 1
       fi ;;
     guard-socket)
-      # Refused at once (within 5 s of the pod), naming the socket; the probe NotReady.
+      # Refused at once, naming the socket: the first event within 15 s of the pod (1 s
+      # measured; the margin is the loaded machine's), inside the 20 s Multus is dead and far
+      # from the 60 s multus-shim would hold the ADD; the probe NotReady (seen so, not a failed
+      # poll).
       first=$(num "$line" first_event_s)
       notready=$(num "$line" guard_notready_s)
-      if ! python3 -c 'import sys; sys.exit(not float(sys.argv[1]) < 5)' "$first" ||
-         ! grep -q 'socket .* does not accept connections' <<<"$line" || [ "$notready" = 0 ]; then
+      unknown=$(num "$line" guard_unknown_s)
+      if ! python3 -c 'import sys; sys.exit(not float(sys.argv[1]) < 15)' "$first" ||
+         ! grep -q 'socket .* does not accept connections' <<<"$line" || [ $((notready - unknown)) -le 0 ]; then
         echo "35-kubernetes: FAIL: with sockets the guard did not refuse at once naming the socket, or stayed Ready: $line" >&2
         exit 1
       fi ;;

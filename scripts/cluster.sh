@@ -2,12 +2,15 @@
 # A one-node Kubernetes cluster on this machine, without systemd, Docker or a registry (issue 12):
 #
 #   scripts/cluster.sh up       start it (prints the KUBECONFIG path); nothing to do when it is up
+#                               for a run still alive (CLUSTER_OWNER_PID, by default the caller:
+#                               a cluster whose run was killed is removed and made anew)
 #   scripts/cluster.sh down     stop every process it started, remove its network namespace, its
 #                               mounts, cgroups and files; safe to run at any time, any number
 #   scripts/cluster.sh status   the processes, the node and every pod
 #   scripts/cluster.sh manifest FILE   conformance/k8s/manifests/FILE with this node's paths
 #                                      (FILE `guard`: deploy/multus-cilium for this node;
 #                                      `guard-uninstall`: deploy/uninstall for this node)
+#   scripts/cluster.sh sysctls  the kernel settings `up` saves and `down` puts back (one a line)
 #
 # Everything runs in one network namespace, the node ($NETNS, address $NODE_IP; the host reaches
 # it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
@@ -134,6 +137,21 @@ wait_for() {
   done
   say "timed out after ${TIMEOUT}s waiting for $what"
   return 1
+}
+
+# The run a cluster belongs to: CLUSTER_OWNER_PID (scripts/test.d/35-kubernetes.sh exports its
+# own), by default the process that called `up`. Recorded as "PID STARTTIME" (its start time in
+# clock ticks since boot: a reused pid does not match).
+OWNER_FILE=$CLUSTER_DIR/owner
+process_id() { # PID -> "PID STARTTIME", or nothing for no such process
+  local s
+  s=$(sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null) || return 0
+  echo "$1 $(cut -d' ' -f20 <<<"$s")"
+}
+owner_alive() {
+  local rec
+  rec=$(cat "$OWNER_FILE" 2>/dev/null) || return 1
+  [ -n "$rec" ] && [ "$(process_id "${rec%% *}")" = "$rec" ]
 }
 
 pid_of() { # NAME -> the pid of a running daemon this script started, or nothing
@@ -564,10 +582,16 @@ is_up() {
 }
 
 up() {
+  local owner=${CLUSTER_OWNER_PID:-$PPID}
   if is_up; then
-    say "already up"
-    echo "KUBECONFIG=$KUBECONFIG_ADMIN"
-    return 0
+    if owner_alive; then
+      say "already up (for pid $(cut -d' ' -f1 "$OWNER_FILE"), still running)"
+      echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+      return 0
+    fi
+    # Its daemons run in sessions of their own (setsid): they outlive a run that was killed.
+    say "a cluster is up, but its run (pid $(cut -d' ' -f1 "$OWNER_FILE" 2>/dev/null || echo unknown)) is gone: a leftover of a killed run, removing it first"
+    down
   fi
   if [ -e "$CLUSTER_DIR" ] || [ -e "$NETNS_PATH" ]; then
     say "a partial cluster is there: removing it first"
@@ -581,6 +605,8 @@ up() {
   mkdir -p "$CLUSTER_DIR"/{logs,pids,tmp} "$NODE"/etc/cni/{net.d,multus/net.d} \
     "$NODE"/opt/cni/bin "$NODE"/var/lib/{kubelet,containerd,cni} "$NODE"/run/{containerd,multus} \
     "$NODE"/var/log/pods
+  process_id "$owner" >"$OWNER_FILE"
+  [ -s "$OWNER_FILE" ] || die "the owner pid $owner does not run (CLUSTER_OWNER_PID)"
   # Its own mount, shared: mounts made below it later (netns files, pod volumes) reach the
   # containers that mount a folder of it with mountPropagation HostToContainer.
   mount --bind "$CLUSTER_DIR" "$CLUSTER_DIR"
@@ -764,11 +790,12 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  sysctls) printf '%s\n' "${SYSCTLS[@]}" ;; # the kernel settings up saves and down puts back
   manifest)
     case "${2:-}" in
       guard) guard_manifest ;;
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

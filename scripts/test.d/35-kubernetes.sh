@@ -7,7 +7,8 @@
 # three ways); then, without the guard in the layout before the seed's fix, the incident itself
 # (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
 # refused naming it); then the incident under churn, four incident-summary lines (churn.sh);
-# then down, and nothing left behind (processes, network namespace, mounts, cgroups, files).
+# then down, and nothing left behind (processes, network namespace, mounts, cgroups, files,
+# entries in /var/lib/cni/results, the kernel settings kubelet changes).
 #
 # Needs root and the binaries scripts/setup.sh builds. Locally without them it skips loudly;
 # under CI=true that is a failure.
@@ -35,6 +36,14 @@ cargo build --release --locked -p cni-guard
 # One node per machine (fixed namespace, addresses, folder): runs from other clones wait here.
 exec 9>/run/lock/cni-guard-k8s-test.lock
 flock -w 1800 9 || skip "another run of this test held the lock for 30 min"
+# The cluster belongs to this run: a cluster left up by a killed run is not taken for ours
+# (scripts/cluster.sh up removes it and makes a new one).
+export CLUSTER_OWNER_PID=$$
+# What the node writes outside its folder, as it was before: libcni's cache and the kernel
+# settings kubelet changes (scripts/cluster.sh sysctls).
+mapfile -t results_before < <(ls -A /var/lib/cni/results 2>/dev/null | sort)
+mapfile -t sysctls < <(scripts/cluster.sh sysctls)
+sysctls_before=$(sysctl -n "${sysctls[@]}")
 
 finish() {
   local rc=$?
@@ -52,6 +61,10 @@ finish() {
     left+=("mounts below $CLUSTER_DIR")
   fi
   if compgen -G "/sys/fs/cgroup/*/cni-guard-k8s" >/dev/null; then left+=("cgroups cni-guard-k8s"); fi
+  local_results=$(comm -13 <(printf '%s\n' "${results_before[@]}") <(ls -A /var/lib/cni/results 2>/dev/null | sort) | sed '/^$/d')
+  [ -z "$local_results" ] || left+=("libcni cache entries in /var/lib/cni/results: $(tr '\n' ' ' <<<"$local_results")")
+  [ "$(sysctl -n "${sysctls[@]}")" = "$sysctls_before" ] ||
+    left+=("kernel settings changed: $(paste -d= <(printf '%s\n' "${sysctls[@]}") <(sysctl -n "${sysctls[@]}") | tr '\n' ' ')")
   if [ ${#left[@]} -gt 0 ]; then
     echo "35-kubernetes: FAIL: left behind: ${left[*]}" >&2
     rc=1

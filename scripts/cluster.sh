@@ -755,8 +755,16 @@ down() {
   remove_network
   unmount_all
   restore_sysctls
-  # What kubelet and libcni write outside the folder they are given.
+  # What kubelet and libcni write outside the folder they are given. libcni's cache keeps an
+  # entry whose DEL never ran through the config that made it (a sandbox torn down through
+  # another file, as in the incident): every entry of this node's network namespaces goes.
   for id in "${ids[@]}"; do rm -f /var/lib/cni/results/*-"$id"-*; done
+  local stale
+  mapfile -t stale < <(grep -lF "\"netns\":\"$NODE/" /var/lib/cni/results/* 2>/dev/null || true)
+  if [ ${#stale[@]} -gt 0 ]; then
+    say "libcni cache entries of sandboxes no longer there: ${#stale[@]} (${stale[*]##*/}): removed"
+    rm -f "${stale[@]}"
+  fi
   for d in /var/log/containers/*.log; do
     [ -L "$d" ] && case "$(readlink "$d")" in "$NODE"/*) rm -f "$d" ;; esac
   done

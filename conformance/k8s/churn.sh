@@ -65,8 +65,8 @@ export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 K=$KUBERNETES_BIN/kubectl
 NODE_NAME=cni-guard-node
 CONF=$NODE/etc/cni/net.d/00-multus.conf
-crictl() {
-  "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$NODE/run/containerd/containerd.sock" --timeout 20s "$@"
+crictl() { # its own config (without one crictl warns on every call)
+  "$CRICTL_BIN/crictl" --config "$W/crictl.yaml" "$@"
 }
 
 say() { echo "k8s churn: $*" >&2; }
@@ -93,6 +93,7 @@ fi
 say "node up in layout=$LAYOUT guard=$GUARD ($((SECONDS - t_up))s)"
 
 W=$(mktemp -d /tmp/cni-guard-churn.XXXXXX)
+printf 'runtime-endpoint: unix://%s\ntimeout: 20\n' "$NODE/run/containerd/containerd.sock" >"$W/crictl.yaml"
 BG=()
 cleanup() {
   local p
@@ -294,9 +295,9 @@ refused=$(refusals_since "$guard_from")
 # the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose
 # teardown failed, the failed sandboxes of pods that never started included, is counted apart.
 tail -c +"$kubelet_from" "$kubelet_log" >"$W/kubelet-run.log"
-awk 'match($0, /failed to destroy network for sandbox [^a-f0-9]*[a-f0-9]{64}/) {
-    s = substr($0, RSTART, RLENGTH); print substr(s, length(s) - 63) }' "$W/kubelet-run.log" |
-  sort -u >"$W/failed-sandboxes"
+# (grep, not awk: Debian's mawk has no {64}.) No match is 0 sandboxes; grep's other errors fail.
+{ grep -oE 'failed to destroy network for sandbox [^a-f0-9]*[a-f0-9]{64}' "$W/kubelet-run.log" || [ $? -eq 1 ]; } |
+  grep -oE '[a-f0-9]{64}$' | sort -u >"$W/failed-sandboxes" || [ $? -eq 1 ]
 touch "$W/deleted"
 awk 'NR == FNR { failed[$1] = 1; next } ($2 in failed) { print $1 }' "$W/failed-sandboxes" "$W/deleted" |
   sort -u >"$W/teardown"

@@ -2,17 +2,21 @@
 # A one-node Kubernetes cluster on this machine, without systemd, Docker or a registry (issue 12):
 #
 #   scripts/cluster.sh up       start it (prints the KUBECONFIG path); nothing to do when it is up
+#                               for a run still alive (CLUSTER_OWNER_PID, by default the caller:
+#                               a cluster whose run was killed is removed and made anew)
 #   scripts/cluster.sh down     stop every process it started, remove its network namespace, its
 #                               mounts, cgroups and files; safe to run at any time, any number
 #   scripts/cluster.sh status   the processes, the node and every pod
 #   scripts/cluster.sh manifest FILE   conformance/k8s/manifests/FILE with this node's paths
 #                                      (FILE `guard`: deploy/multus-cilium for this node;
 #                                      `guard-uninstall`: deploy/uninstall for this node)
+#   scripts/cluster.sh sysctls  the kernel settings `up` saves and `down` puts back (one a line)
 #
 # Everything runs in one network namespace, the node ($NETNS, address $NODE_IP; the host reaches
 # it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
 #   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler
 #   containerd 2.x (private config, root, state and sockets) <- kubelet (cgroupfs, cgroup v1)
+#   guard-syslog (the guard's log on this node: logs/guard-syslog.log, through CNI_GUARD_SYSLOG)
 # The node's CNI folders are private, under $CLUSTER_DIR/node:
 #   etc/cni/net.d          containerd's conf_dir (the node's /etc/cni/net.d); Multus writes
 #                          00-multus.conf here
@@ -82,7 +86,25 @@ case "${CLUSTER_MULTUS_MASTER:-}" in
 esac
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
-DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler guard-syslog containerd kubelet)
+# The guard's syslog on this node (there is no /dev/log here): containerd hands CNI_GUARD_SYSLOG
+# to every plugin it runs, and guard-syslog writes each datagram the guard sends as one line of
+# logs/guard-syslog.log ("<14>cni-guard[PID]: verb=ADD ... decision=refused code=11 ...").
+# libcni drops a failing plugin's stderr, so without it a refusal leaves no line of the guard's.
+GUARD_SYSLOG=$NODE/run/cni-guard-syslog.sock
+GUARD_SYSLOG_SINK='
+import os, socket, sys
+path = sys.argv[1]
+if os.path.exists(path):
+    os.unlink(path)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+s.bind(path)
+while True:
+    line = s.recv(65536).decode(errors="replace").rstrip("\n").replace("\n", " ")
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+'
 SANDBOX_IMAGE=localhost/cni-guard-test/sandbox:1
 TEST_IMAGE=localhost/cni-guard-test/busybox:1
 GUARD_IMAGE=localhost/cni-guard:dev
@@ -118,6 +140,21 @@ wait_for() {
   done
   say "timed out after ${TIMEOUT}s waiting for $what"
   return 1
+}
+
+# The run a cluster belongs to: CLUSTER_OWNER_PID (scripts/test.d/35-kubernetes.sh exports its
+# own), by default the process that called `up`. Recorded as "PID STARTTIME" (its start time in
+# clock ticks since boot: a reused pid does not match).
+OWNER_FILE=$CLUSTER_DIR/owner
+process_id() { # PID -> "PID STARTTIME", or nothing for no such process
+  local s
+  s=$(sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null) || return 0
+  echo "$1 $(cut -d' ' -f20 <<<"$s")"
+}
+owner_alive() {
+  local rec
+  rec=$(cat "$OWNER_FILE" 2>/dev/null) || return 1
+  [ -n "$rec" ] && [ "$(process_id "${rec%% *}")" = "$rec" ]
 }
 
 pid_of() { # NAME -> the pid of a running daemon this script started, or nothing
@@ -559,10 +596,16 @@ is_up() {
 }
 
 up() {
+  local owner=${CLUSTER_OWNER_PID:-$PPID}
   if is_up; then
-    say "already up"
-    echo "KUBECONFIG=$KUBECONFIG_ADMIN"
-    return 0
+    if owner_alive; then
+      say "already up (for pid $(cut -d' ' -f1 "$OWNER_FILE"), still running)"
+      echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+      return 0
+    fi
+    # Its daemons run in sessions of their own (setsid): they outlive a run that was killed.
+    say "a cluster is up, but its run (pid $(cut -d' ' -f1 "$OWNER_FILE" 2>/dev/null || echo unknown)) is gone: a leftover of a killed run, removing it first"
+    down
   fi
   if [ -e "$CLUSTER_DIR" ] || [ -e "$NETNS_PATH" ]; then
     say "a partial cluster is there: removing it first"
@@ -576,6 +619,8 @@ up() {
   mkdir -p "$CLUSTER_DIR"/{logs,pids,tmp} "$NODE"/etc/cni/{net.d,multus/net.d} \
     "$NODE"/opt/cni/bin "$NODE"/var/lib/{kubelet,containerd,cni} "$NODE"/run/{containerd,multus} \
     "$NODE"/var/log/pods
+  process_id "$owner" >"$OWNER_FILE"
+  [ -s "$OWNER_FILE" ] || die "the owner pid $owner does not run (CLUSTER_OWNER_PID)"
   # Its own mount, shared: mounts made below it later (netns files, pod volumes) reach the
   # containers that mount a folder of it with mountPropagation HostToContainer.
   mount --bind "$CLUSTER_DIR" "$CLUSTER_DIR"
@@ -633,8 +678,10 @@ up() {
   make_images
   # containerd finds its shim in PATH: its own, not Debian's 1.6 shim in /usr/bin (that one
   # fails with "start failed: io.containerd.runc.v2: type with url <id>: not found").
-  start containerd env PATH="$CONTAINERD2_BIN:$PATH" "$CONTAINERD2_BIN/containerd" \
-    --config "$NODE/etc/containerd/config.toml"
+  start guard-syslog python3 -c "$GUARD_SYSLOG_SINK" "$GUARD_SYSLOG"
+  wait_for "the guard's syslog socket (logs/guard-syslog.log)" test -S "$GUARD_SYSLOG"
+  start containerd env PATH="$CONTAINERD2_BIN:$PATH" CNI_GUARD_SYSLOG="$GUARD_SYSLOG" \
+    "$CONTAINERD2_BIN/containerd" --config "$NODE/etc/containerd/config.toml"
   wait_for "containerd (logs/containerd.log)" ctr version
   import_images
   start kubelet "$KUBERNETES_BIN/kubelet" --config="$NODE/etc/kubernetes/kubelet.yaml" \
@@ -716,14 +763,22 @@ down() {
     done
     stop containerd 15
   fi
-  for d in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
+  for d in guard-syslog kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
   kill_cgroup
   remove_cgroups
   remove_network
   unmount_all
   restore_sysctls
-  # What kubelet and libcni write outside the folder they are given.
+  # What kubelet and libcni write outside the folder they are given. libcni's cache keeps an
+  # entry whose DEL never ran through the config that made it (a sandbox torn down through
+  # another file, as in the incident): every entry of this node's network namespaces goes.
   for id in "${ids[@]}"; do rm -f /var/lib/cni/results/*-"$id"-*; done
+  local stale
+  mapfile -t stale < <(grep -lF "\"netns\":\"$NODE/" /var/lib/cni/results/* 2>/dev/null || true)
+  if [ ${#stale[@]} -gt 0 ]; then
+    say "libcni cache entries of sandboxes no longer there: ${#stale[@]} (${stale[*]##*/}): removed"
+    rm -f "${stale[@]}"
+  fi
   for d in /var/log/containers/*.log; do
     [ -L "$d" ] && case "$(readlink "$d")" in "$NODE"/*) rm -f "$d" ;; esac
   done
@@ -757,11 +812,12 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  sysctls) printf '%s\n' "${SYSCTLS[@]}" ;; # the kernel settings up saves and down puts back
   manifest)
     case "${2:-}" in
       guard) guard_manifest ;;
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

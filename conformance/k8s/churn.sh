@@ -16,15 +16,30 @@
 # and `ip addr` inside both show eth0 and net1) or bare (Running without net1). Prints
 #
 #   incident-summary kubernetes=.. containerd=.. multus=.. layout=.. guard=.. pods=N full=F
-#     bare=B teardown_failures=T notready_s=X recovery_s=Y
+#     bare=B teardown_failures=T notready_s=X recovery_s=Y refused=R failed_sandboxes=S
+#     unknown_s=U held=H
 #
 #   teardown_failures  churn pod deletions whose sandbox teardown failed at least once: the
 #                      deleted pods' sandbox ids (crictl, just before the deletion) in kubelet's
 #                      "failed to destroy network for sandbox" lines during the run
-#   notready_s         seconds the node reported Ready other than True (polled each second)
+#   notready_s         seconds the node's Ready condition was not seen True (polled each second;
+#                      a poll whose kubectl call failed counts too: unknown is not Ready)
+#   unknown_s          the part of notready_s that follows failed polls (so notready_s -
+#                      unknown_s is what the node itself reported)
 #   recovery_s         from Multus back (the last restart) to every pod Running with net1;
 #                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s (a bare
 #                      pod stays bare: only replacing it helps)
+#   refused            the guard's own refusals in the run: its log lines (logs/guard-syslog.log,
+#                      see scripts/cluster.sh) "verb=ADD ... decision=refused code=11"
+#   held               the ADDs the guard held until Multus was back and then ran (its log
+#                      lines "verb=ADD ... waited=...ms" that are not refusals): with the
+#                      manifest's wait (60 s) the window reaches pods as held ADDs, not refusals
+#   failed_sandboxes   every sandbox whose network teardown failed at least once in the run
+#                      (kubelet's "failed to destroy network for sandbox" lines), pods that never
+#                      started included
+#
+# Every Multus restart must open a window: a 00-multus.conf still there 12 s after the pod's
+# deletion fails the run (no window, nothing measured).
 #
 # Leaves the cluster up (scripts/cluster.sh down removes it); removes its Deployment.
 set -euo pipefail
@@ -53,8 +68,8 @@ export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 K=$KUBERNETES_BIN/kubectl
 NODE_NAME=cni-guard-node
 CONF=$NODE/etc/cni/net.d/00-multus.conf
-crictl() {
-  "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$NODE/run/containerd/containerd.sock" --timeout 20s "$@"
+crictl() { # its own config (without one crictl warns on every call)
+  "$CRICTL_BIN/crictl" --config "$W/crictl.yaml" "$@"
 }
 
 say() { echo "k8s churn: $*" >&2; }
@@ -81,6 +96,7 @@ fi
 say "node up in layout=$LAYOUT guard=$GUARD ($((SECONDS - t_up))s)"
 
 W=$(mktemp -d /tmp/cni-guard-churn.XXXXXX)
+printf 'runtime-endpoint: unix://%s\ntimeout: 20\n' "$NODE/run/containerd/containerd.sock" >"$W/crictl.yaml"
 BG=()
 cleanup() {
   local p
@@ -163,6 +179,17 @@ BG+=($!)
 
 kubelet_log=$CLUSTER_DIR/logs/kubelet.log
 kubelet_from=$(($(stat -c %s "$kubelet_log") + 1))
+guard_log=$CLUSTER_DIR/logs/guard-syslog.log
+[ -f "$guard_log" ] || fail "$guard_log is missing: the node runs no guard-syslog (scripts/cluster.sh)"
+guard_size() { stat -c %s "$guard_log"; }
+refusals_since() { # BYTE: the guard's code-11 ADD refusals logged from byte BYTE (0-based) on
+  tail -c +"$(($1 + 1))" "$guard_log" | awk '/cni-guard\[[0-9]+\]: verb=ADD .* decision=refused code=11 / { n++ } END { print n + 0 }'
+}
+holds_since() { # BYTE: the guard's ADDs logged from byte BYTE on that waited and then went on
+  tail -c +"$(($1 + 1))" "$guard_log" |
+    awk '/cni-guard\[[0-9]+\]: verb=ADD .* waited=[0-9.]+ms/ && !/decision=refused/ { n++ } END { print n + 0 }'
+}
+guard_from=$(guard_size)
 t_run=$SECONDS
 
 # --- the churn -----------------------------------------------------------------------------------
@@ -196,26 +223,36 @@ delete_some() { # N: deletes N random Running churn pods (not already being dele
   mapfile -t names < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' |
     awk -F'|' '$2 == "" && $3 == "Running" { print $1 }' | shuf -n "$1")
   # Their sandboxes, to find the ones whose teardown fails (kubelet names only the sandbox then).
-  local n
+  # A failed crictl call is a failure: a missing id would hide that pod's teardown failure.
+  local n ids
   for n in "${names[@]}"; do
-    crictl pods --namespace default --name "^$n\$" --state ready -q 2>/dev/null | sed "s/^/$n /" >>"$W/deleted" || true
+    ids=$(crictl pods --namespace default --name "^$n\$" --state ready -q) || fail "crictl pods for $n failed"
+    [ -z "$ids" ] || sed "s/^/$n /" <<<"$ids" >>"$W/deleted"
   done
-  [ ${#names[@]} -eq 0 ] || "$K" delete pod --wait=false "${names[@]}" >/dev/null 2>&1 || true
+  # Gone already (the Deployment scaled down meanwhile) is fine; any other error is not.
+  [ ${#names[@]} -eq 0 ] || "$K" delete pod --wait=false --ignore-not-found "${names[@]}" >/dev/null ||
+    fail "deleting ${names[*]} failed"
 }
 
 t_back=
+per_restart=()
 for ((i = 1; i <= RESTARTS; i++)); do
+  from=$(guard_size)
   "$K" -n kube-system delete pod -l app=multus --wait=false >/dev/null
   for _ in $(seq 60); do [ -e "$CONF" ] || break; sleep 0.2; done
-  [ -e "$CONF" ] && say "restart $i: 00-multus.conf still there after 12s" ||
-    say "restart $i: Multus stopped, 00-multus.conf gone"
+  # ${CHURN_TEST_NO_WINDOW:-} only shows that this check fires (the file counts as still there).
+  if [ -e "$CONF" ] || [ "${CHURN_TEST_NO_WINDOW:-}" = "$i" ]; then
+    fail "restart $i: 00-multus.conf still there 12 s after the Multus pod's deletion: the restart opened no window"
+  fi
+  say "restart $i: Multus stopped, 00-multus.conf gone"
   # In the window: pods torn down (deletions of running pods), then new pods (scale up).
   delete_some 3
   "$K" scale deployment churn --replicas="$PODS_MAX" >/dev/null
   for _ in $(seq 180); do multus_ready && break; sleep 1; done
   multus_ready || fail "Multus did not come back after restart $i"
   t_back=$SECONDS
-  say "restart $i: Multus back after $((SECONDS - t_run))s of the run"
+  per_restart+=("$(refusals_since "$from")")
+  say "restart $i: Multus back after $((SECONDS - t_run))s of the run; the guard refused ${per_restart[-1]} ADDs and held $(holds_since "$from") in this window"
   if [ "$i" -lt "$RESTARTS" ]; then
     sleep 8
     "$K" scale deployment churn --replicas="$PODS_LOW" >/dev/null
@@ -254,16 +291,21 @@ BG=()
 touch "$W/class"
 awk '!seen[$1]++' "$W/class" >"$W/verdicts" # the first verdict of each pod
 pods=$(wc -l <"$W/verdicts")
-full=$(grep -c ' full$' "$W/verdicts" || true)
-bare=$(grep -c ' bare$' "$W/verdicts" || true)
+full=$(awk '$2 == "full"' "$W/verdicts" | wc -l)
+bare=$(awk '$2 == "bare"' "$W/verdicts" | wc -l)
+[ -s "$W/ready-polls" ] || fail "the node's Ready condition was never polled"
 notready=$(seconds_not_true "$W/ready-polls")
+unknown=$(seconds_unknown "$W/ready-polls")
+refused=$(refusals_since "$guard_from")
+held=$(holds_since "$guard_from")
 # Pod deletions whose sandbox teardown failed: the sandboxes of the pods delete_some deleted that
 # appear in kubelet's "failed to destroy network for sandbox" lines (the pod worker names the pod,
 # the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose
 # teardown failed, the failed sandboxes of pods that never started included, is counted apart.
-tail -c +"$kubelet_from" "$kubelet_log" |
-  grep -oE 'failed to destroy network for sandbox [^a-f0-9]*[a-f0-9]{64}' | grep -oE '[a-f0-9]{64}$' |
-  sort -u >"$W/failed-sandboxes" || true
+tail -c +"$kubelet_from" "$kubelet_log" >"$W/kubelet-run.log"
+# (grep, not awk: Debian's mawk has no {64}.) No match is 0 sandboxes; grep's other errors fail.
+{ grep -oE 'failed to destroy network for sandbox [^a-f0-9]*[a-f0-9]{64}' "$W/kubelet-run.log" || [ $? -eq 1 ]; } |
+  grep -oE '[a-f0-9]{64}$' | sort -u >"$W/failed-sandboxes" || [ $? -eq 1 ]
 touch "$W/deleted"
 awk 'NR == FNR { failed[$1] = 1; next } ($2 in failed) { print $1 }' "$W/failed-sandboxes" "$W/deleted" |
   sort -u >"$W/teardown"
@@ -271,9 +313,8 @@ teardown=$(wc -l <"$W/teardown")
 say "pods deleted in the run: $(cut -d' ' -f1 "$W/deleted" | sort -u | wc -l); sandboxes whose network teardown failed at least once: $(wc -l <"$W/failed-sandboxes")"
 if [ "$teardown" -gt 0 ]; then
   say "teardown failures: $(tr '\n' ' ' <"$W/teardown")"
-  tail -c +"$kubelet_from" "$kubelet_log" | grep -E 'KillPodSandbox|StopPodSandbox|failed to destroy network' |
-    head -n 2 | cut -c1-600 >&2 || true
+  grep -m 2 -E 'KillPodSandbox|StopPodSandbox|failed to destroy network' "$W/kubelet-run.log" | cut -c1-600 >&2
 fi
-say "00-multus.conf absent for (ms): $(tr '\n' ' ' <"$W/conf-gaps" 2>/dev/null)"
+say "00-multus.conf absent for (ms): $(tr '\n' ' ' <"$W/conf-gaps" 2>/dev/null); the guard's refusals per window: ${per_restart[*]}"
 say "run took $((SECONDS - t_run))s (with the node's up: $((SECONDS - t_up))s)"
-echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery"
+echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held"

@@ -14,12 +14,14 @@
 # The daemon is killed with SIGKILL every 0.2 s for $CRASH_DEAD_S s (a crash-looping Multus:
 # kubelet restarts the container, it is killed again); 1 s in, a pod asking for net1 is created.
 # Prints one line:
-#   crash-summary mode=M dead_s=D multus_back_s=B first_event_s=E pod_ready_s=R net1=yes guard_notready_s=N guard_ready_s=G event="..."
+#   crash-summary mode=M dead_s=D multus_back_s=B first_event_s=E pod_ready_s=R net1=yes guard_notready_s=N guard_ready_s=G guard_unknown_s=U event="..."
 #     multus_back_s  from the pod's creation to the daemon's socket accepting again, once the
 #                    killing stopped (kubelet's back-off decides when it restarts)
 #     first_event_s  from the pod's creation to its first FailedCreatePodSandBox event ("-": none)
 #     pod_ready_s    from the pod's creation to Ready
-#     guard_notready_s  seconds the guard's pod was seen not Ready ("-" without the guard)
+#     guard_notready_s  seconds the guard's pod was not seen Ready ("-" without the guard; a
+#                    failed poll counts: unknown is not Ready)
+#     guard_unknown_s   the part of guard_notready_s that follows failed polls
 #     guard_ready_s  from the pod's creation to the guard's pod Ready again (after the pod)
 # Leaves the cluster as scripts/cluster.sh up made it (guard deployed, no socket).
 set -euo pipefail
@@ -172,11 +174,13 @@ KILLER=
 net1=no
 "$K" exec "$POD" -- ip -o addr | grep -q ' net1 .*inet ' && net1=yes
 [ "$net1" = yes ] || fail "pod $POD came up without net1 after the crash"
-notready=- again=-
+notready=- again=- unknown=-
 if [ -n "${WATCH:-}" ]; then
   kill "$WATCH" 2>/dev/null || true
   WATCH=
+  [ -s "$W/guard-polls" ] || fail "the guard's pod was never polled"
   notready=$(seconds_not_true "$W/guard-polls")
+  unknown=$(seconds_unknown "$W/guard-polls")
   # The probe must see the new daemon's socket too.
   "$K" -n cni-guard wait --for=condition=Ready pod -l "$SEL" --timeout=60s >/dev/null ||
     fail "the guard's pod is not Ready 60 s after $POD was"
@@ -184,4 +188,4 @@ if [ -n "${WATCH:-}" ]; then
 fi
 say "dead for ${DEAD_S}s from $(date -d "@${t_kill%.*}" +%T)"
 event=${event#*plugin type=}
-echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready guard_ready_s=$again event=\"${event:0:300}\""
+echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready guard_ready_s=$again guard_unknown_s=$unknown event=\"${event:0:300}\""

@@ -37,7 +37,7 @@ GUARD_CONF=$NODE/etc/cni/net.d/00-cni-guard.conflist
 PRIMARY=/etc/cni/multus/net.d/05-cilium.conflist
 LEASES=$NODE/var/lib/cni/networks
 CACHE=$NODE/var/lib/cni/cni-guard
-CTRD_LOG=$CLUSTER_DIR/logs/containerd.log
+GUARD_LOG=$CLUSTER_DIR/logs/guard-syslog.log # the guard's log on the node (scripts/cluster.sh)
 crictl() {
   "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$NODE/run/containerd/containerd.sock" --timeout 20s "$@"
 }
@@ -133,7 +133,7 @@ sandbox() { # NAME NAMESPACE: the pod's ready sandbox id
 k8s_version=$("$K" version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')
 image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.containers[0].image}')
 multus_version=${image##*:}
-log_from=$(($(stat -c %s "$CTRD_LOG") + 1))
+log_from=$(($(stat -c %s "$GUARD_LOG") + 1))
 
 deploy_guard
 ok "the guard runs with --per-pod-primary=$PRIMARY"
@@ -212,8 +212,8 @@ grep -qx "$sb" "$LEASES/cilium/$ip" 2>/dev/null || grep -q "$sb" "$LEASES/cilium
 "$K" delete pod plain-1 --wait=true --timeout=60s >/dev/null
 for _ in $(seq 30); do [ -e "$LEASES/cilium/$ip" ] || break; sleep 1; done
 [ ! -e "$LEASES/cilium/$ip" ] || fail "plain-1's lease $ip was not freed by its DEL"
-tail -c +"$log_from" "$CTRD_LOG" | grep "cni-guard" | grep "verb=DEL container=$sb" | grep -q 'decision=deleted-recorded' ||
-  fail "the guard did not tear plain-1 down from its record: $(tail -c +"$log_from" "$CTRD_LOG" | grep "container=$sb" | tail -n 3)"
+tail -c +"$log_from" "$GUARD_LOG" | grep "cni-guard" | grep "verb=DEL container=$sb" | grep -q 'decision=deleted-recorded' ||
+  fail "the guard did not tear plain-1 down from its record: $(tail -c +"$log_from" "$GUARD_LOG" | grep "container=$sb" | tail -n 3)"
 ok "plain-1's DEL ran the primary's DEL from the record and freed $ip"
 
 # --- leaks ---------------------------------------------------------------------------------------
@@ -246,5 +246,5 @@ for sb in "${sandboxes[@]}"; do
 done
 [ "${#sandboxes[@]}" -gt 0 ] || fail "no sandbox of the test pods was seen"
 say "primary leases Multus left for pods it set up: $multus_primary"
-say "guard decisions in the run: $(tail -c +"$log_from" "$CTRD_LOG" | grep -o 'perpod=[a-z-]*' | sort | uniq -c | tr -s ' \n' ' ')"
+say "guard decisions in the run: $(tail -c +"$log_from" "$GUARD_LOG" | grep -o 'perpod=[a-z-]*' | sort | uniq -c | tr -s ' \n' ' ')"
 echo "perpod-summary kubernetes=$k8s_version multus=$multus_version plain_started_during_outage=$started/$PLAIN networked_bare=$bare leaked=$leaked"

@@ -7,7 +7,8 @@
 # three ways); then, without the guard in the layout before the seed's fix, the incident itself
 # (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
 # refused naming it); then the incident under churn, four incident-summary lines (churn.sh);
-# then down, and nothing left behind (processes, network namespace, mounts, cgroups, files).
+# then down, and nothing left behind (processes, network namespace, mounts, cgroups, files,
+# entries in /var/lib/cni/results, the kernel settings kubelet changes).
 #
 # Needs root and the binaries scripts/setup.sh builds. Locally without them it skips loudly;
 # under CI=true that is a failure.
@@ -35,6 +36,14 @@ cargo build --release --locked -p cni-guard
 # One node per machine (fixed namespace, addresses, folder): runs from other clones wait here.
 exec 9>/run/lock/cni-guard-k8s-test.lock
 flock -w 1800 9 || skip "another run of this test held the lock for 30 min"
+# The cluster belongs to this run: a cluster left up by a killed run is not taken for ours
+# (scripts/cluster.sh up removes it and makes a new one).
+export CLUSTER_OWNER_PID=$$
+# What the node writes outside its folder, as it was before: libcni's cache and the kernel
+# settings kubelet changes (scripts/cluster.sh sysctls).
+mapfile -t results_before < <(ls -A /var/lib/cni/results 2>/dev/null | sort)
+mapfile -t sysctls < <(scripts/cluster.sh sysctls)
+sysctls_before=$(sysctl -n "${sysctls[@]}")
 
 finish() {
   local rc=$?
@@ -52,6 +61,10 @@ finish() {
     left+=("mounts below $CLUSTER_DIR")
   fi
   if compgen -G "/sys/fs/cgroup/*/cni-guard-k8s" >/dev/null; then left+=("cgroups cni-guard-k8s"); fi
+  local_results=$(comm -13 <(printf '%s\n' "${results_before[@]}") <(ls -A /var/lib/cni/results 2>/dev/null | sort) | sed '/^$/d')
+  [ -z "$local_results" ] || left+=("libcni cache entries in /var/lib/cni/results: $(tr '\n' ' ' <<<"$local_results")")
+  [ "$(sysctl -n "${sysctls[@]}")" = "$sysctls_before" ] ||
+    left+=("kernel settings changed: $(paste -d= <(printf '%s\n' "${sysctls[@]}") <(sysctl -n "${sysctls[@]}") | tr '\n' ' ')")
   if [ ${#left[@]} -gt 0 ]; then
     echo "35-kubernetes: FAIL: left behind: ${left[*]}" >&2
     rc=1
@@ -93,18 +106,24 @@ for mode in no-guard guard guard-socket; do
   case "$mode" in
     guard)
       # No refusal by the guard (the file is there; the shim holds the ADD; if Multus took over
-      # 60 s to come back the shim's own error may show) and the probe Ready throughout.
+      # 60 s to come back the shim's own error may show) and the probe Ready throughout: at
+      # most one poll (3 s on the loaded machine) not seen Ready, where a failed probe keeps the
+      # pod NotReady a whole probe period (10 s).
       notready=$(num "$line" guard_notready_s)
-      if grep -q 'cni-guard: network not ready' <<<"$line" || [ "$notready" != 0 ]; then
+      if grep -q 'cni-guard: network not ready' <<<"$line" || [ "$notready" -gt 3 ]; then
         echo "35-kubernetes: FAIL: without sockets the guard refused or turned NotReady: $line" >&2
         exit 1
       fi ;;
     guard-socket)
-      # Refused at once (within 5 s of the pod), naming the socket; the probe NotReady.
+      # Refused at once, naming the socket: the first event within 15 s of the pod (1 s
+      # measured; the margin is the loaded machine's), inside the 20 s Multus is dead and far
+      # from the 60 s multus-shim would hold the ADD; the probe NotReady (seen so, not a failed
+      # poll).
       first=$(num "$line" first_event_s)
       notready=$(num "$line" guard_notready_s)
-      if ! python3 -c 'import sys; sys.exit(not float(sys.argv[1]) < 5)' "$first" ||
-         ! grep -q 'socket .* does not accept connections' <<<"$line" || [ "$notready" = 0 ]; then
+      unknown=$(num "$line" guard_unknown_s)
+      if ! python3 -c 'import sys; sys.exit(not float(sys.argv[1]) < 15)' "$first" ||
+         ! grep -q 'socket .* does not accept connections' <<<"$line" || [ $((notready - unknown)) -le 0 ]; then
         echo "35-kubernetes: FAIL: with sockets the guard did not refuse at once naming the socket, or stayed Ready: $line" >&2
         exit 1
       fi ;;
@@ -145,14 +164,23 @@ conformance/k8s/incident.sh
 conformance/k8s/autoconfig.sh
 
 # The incident under churn (conformance/k8s/churn.sh): one incident-summary line per layout and
-# guard, each run bringing the node up in its layout (about 80 s a run). What each line must show:
+# guard, each run bringing the node up in its layout (about 80 s a run). churn.sh itself fails a
+# run in which a Multus restart opened no window (00-multus.conf still there after 12 s). What
+# each line must show:
 #   original off   the incident: bare > 0
-#   seed-fix off   the seed's fix alone: bare = 0 (what it costs, notready_s, is printed)
-#   both on        bare = 0, teardown_failures = 0, the node never NotReady, and every pod
-#                  Running with net1 after the last restart (recovery_s a number, not "never")
+#   seed-fix off   the seed's fix alone: bare = 0, and what it costs, seen by the detectors that
+#                  must stay at 0 with the guard: teardown_failures > 0 and the node NotReady
+#                  (notready_s - unknown_s > 0: reported by the node, not a failed poll)
+#   both on        the window reached pods: refused + held > 0 (the guard's own log; with the
+#                  manifest's wait a pod is held, not refused); bare = 0,
+#                  teardown_failures = 0, failed_sandboxes = 0, the node never NotReady (at most
+#                  $NOTREADY_MARGIN s not seen True: one poll on a loaded machine, where a real
+#                  NotReady lasts a kubelet status period, 38 s in the seed-fix off run), and every
+#                  pod Running with net1 after the last restart (recovery_s a number, not "never")
 # CNI_GUARD_K8S_CHURN=0 leaves them out (a quick local run); CI always runs them.
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
   summaries=()
+  NOTREADY_MARGIN=3
   for run in "original off" "original on" "seed-fix off" "seed-fix on"; do
     # shellcheck disable=SC2086 # LAYOUT GUARD
     line=$(conformance/k8s/churn.sh $run)
@@ -164,15 +192,30 @@ if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
     td=$(num "$line" teardown_failures)
     nr=$(num "$line" notready_s)
     rec=$(field "$line" recovery_s)
+    refused=$(num "$line" refused)
+    fs=$(num "$line" failed_sandboxes)
+    unk=$(num "$line" unknown_s)
     if [ "$pods" -eq 0 ] || [ "$full" -eq 0 ]; then echo "35-kubernetes: FAIL: $run: no pod came up full" >&2; exit 1; fi
     case "$run" in
       "original off")
         [ "$bare" -gt 0 ] || { echo "35-kubernetes: FAIL: original off: the incident did not happen (bare=0)" >&2; exit 1; } ;;
       "seed-fix off")
-        [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; } ;;
+        [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; }
+        # The detectors detect: this is the run where they must see something.
+        if [ "$td" -eq 0 ] || [ $((nr - unk)) -le 0 ]; then
+          echo "35-kubernetes: FAIL: seed-fix off: the detectors saw nothing (want teardown_failures > 0 and notready_s - unknown_s > 0): $line" >&2
+          exit 1
+        fi ;;
       *)
-        if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$nr" -ne 0 ] || [ "$rec" = never ]; then
-          echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 notready_s=0 and a recovery: $line" >&2
+        # With the manifest's wait (60 s) a pod in a window is held until Multus is back, not
+        # refused; either way the guard's log shows that the window reached it.
+        held=$(num "$line" held)
+        if [ $((refused + held)) -eq 0 ]; then
+          echo "35-kubernetes: FAIL: $run: the guard neither refused nor held an ADD: the window reached no pod, nothing was shown: $line" >&2
+          exit 1
+        fi
+        if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$fs" -ne 0 ] || [ "$nr" -gt "$NOTREADY_MARGIN" ] || [ "$rec" = never ]; then
+          echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 failed_sandboxes=0 notready_s<=$NOTREADY_MARGIN and a recovery: $line" >&2
           exit 1
         fi ;;
     esac

@@ -141,7 +141,40 @@ fn layout(ctrd: &Containerd, guard: bool) -> Layout {
     }
 }
 
-fn create(crictl: &Crictl, name: String, attempt: u32) -> Created {
+/// The guard's own word for a failed sandbox: its log line `verb=ADD container=ID ...
+/// decision=refused code=11` (the suite's syslog socket; a datagram may still be in flight, so
+/// it waits up to 2 s). Error text is not enough: a delegate's error passed through the guard
+/// also reads `plugin type="cni-guard" failed (add)`.
+fn refused_by_guard(ctrd: &Containerd, msg: &str) -> Result<(), String> {
+    const SANDBOX: &str = "failed to setup network for sandbox \"";
+    let id = msg
+        .find(SANDBOX)
+        .map(|i| &msg[i + SANDBOX.len()..])
+        .and_then(|rest| rest.split('"').next())
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("the error names no sandbox: {msg}"))?;
+    let container = format!("container={id} ");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let lines: Vec<String> = ctrd
+            .guard_log()
+            .into_iter()
+            .filter(|l| l.starts_with("verb=ADD") && l.contains(&container))
+            .collect();
+        if lines.iter().any(|l| l.contains(" decision=refused code=11 ")) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the guard's log has no refused ADD (code 11) for sandbox {id}; its ADD lines: {lines:?}; the error: {msg}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn create(ctrd: &Containerd, name: String, attempt: u32) -> Created {
+    let crictl = ctrd.crictl();
     match crictl.runp(&name, "race", attempt) {
         Ok(id) => {
             let netns = crictl
@@ -163,13 +196,9 @@ fn create(crictl: &Crictl, name: String, attempt: u32) -> Created {
             }
         }
         Err(e) => {
-            let msg = &e.message;
-            assert!(
-                msg.contains("plugin type=\"cni-guard\"")
-                    && msg.contains("failed (add)")
-                    && msg.contains("00-multus.conf"),
-                "{name}: RunPodSandbox failed, but not by the guard's refusal: {msg}"
-            );
+            if let Err(why) = refused_by_guard(ctrd, &e.message) {
+                panic!("{name}: RunPodSandbox failed, but not by the guard's refusal: {why}");
+            }
             Created {
                 name,
                 id: None,
@@ -206,8 +235,8 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> 
     results.into_iter().map(|(_, r)| r).collect()
 }
 
-fn create_all(crictl: &Crictl, names: Vec<String>, attempt: u32) -> Vec<Created> {
-    in_parallel(&names, |name| create(crictl, name.clone(), attempt))
+fn create_all(ctrd: &Containerd, names: Vec<String>, attempt: u32) -> Vec<Created> {
+    in_parallel(&names, |name| create(ctrd, name.clone(), attempt))
 }
 
 fn remove_all(crictl: &Crictl, ids: &[String]) -> Vec<String> {
@@ -253,7 +282,7 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
     let started = Instant::now();
     let mut flapper = Flapper::start(&l.conf_dir, "00-multus.conf", l.multus.clone());
     let names: Vec<String> = (0..sandboxes).map(|i| format!("pod-{i:03}")).collect();
-    let created = create_all(crictl, names, 0);
+    let created = create_all(&ctrd, names, 0);
     let flaps = flapper.stop();
     let count = |o: Outcome| created.iter().filter(|c| c.outcome == o).count();
     let (full, bare, refused) = (
@@ -272,7 +301,7 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
         .filter(|c| c.outcome == Outcome::Refused)
         .map(|c| c.name.clone())
         .collect();
-    let retried = create_all(crictl, retry, 1);
+    let retried = create_all(&ctrd, retry, 1);
     for r in &retried {
         assert_eq!(
             r.outcome,
@@ -362,6 +391,13 @@ fn reboot_race_on_containerd(generation: Generation) {
         );
         assert_eq!(r.full + r.refused + r.bare, r.sandboxes);
         if on {
+            // The window reached the guard: without a refusal this run shows nothing.
+            assert!(
+                r.refused > 0,
+                "the guard refused no sandbox: the flapping reached no ADD (full={} of {})",
+                r.full,
+                r.sandboxes
+            );
             assert_eq!(r.bare, 0, "the guard let bare sandboxes through");
             assert_eq!(
                 leaked,

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The seed's incident under churn, on the real node of scripts/cluster.sh (issue 12):
 #
-#   conformance/k8s/churn.sh LAYOUT GUARD     LAYOUT original|seed-fix, GUARD on|off
+#   conformance/k8s/churn.sh LAYOUT GUARD     LAYOUT original|seed-fix, GUARD on|off|perpod
 #
 #   original   00-multus.conf and 05-cilium.conflist both in the conf dir containerd reads
 #              (CLUSTER_LAYOUT=before-fix: the layout before the seed's fix)
 #   seed-fix   05-cilium.conflist in etc/cni/multus/net.d, Multus's autoconfig dir (the default)
 #   GUARD on   deploy/multus-cilium in front (in `original` its attachment is the conf dir's
-#              05-cilium.conflist); off: no guard
+#              05-cilium.conflist); off: no guard; perpod: the guard with per-pod awareness
+#              (--per-pod-primary, seed-fix only), and beside the churn's Deployment a second
+#              one of pods asking for no Multus network (`plain`), scaled up in every window
 #
 # Brings the node up in that layout (down first if it runs in another one), then: a Deployment
 # whose pods ask for net1 (k8s.v1.cni.cncf.io/networks: macvlan-net1) is scaled up and down and
@@ -41,7 +43,15 @@
 # Every Multus restart must open a window: a 00-multus.conf still there 12 s after the pod's
 # deletion fails the run (no window, nothing measured).
 #
-# Leaves the cluster up (scripts/cluster.sh down removes it); removes its Deployment.
+# With GUARD perpod the line adds
+#
+#     plain=P plain_in_windows=N plain_delay_s=D window_s=G
+#
+#   plain_in_windows   plain pods created while 00-multus.conf was gone
+#   plain_delay_s      their median time from creation to Ready (whole seconds, the API's), against
+#   window_s           the median time 00-multus.conf was gone per restart
+#
+# Leaves the cluster up (scripts/cluster.sh down removes it); removes its Deployments.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
@@ -56,7 +66,14 @@ case "$LAYOUT" in
   seed-fix) CL=seed ;;
   *) echo "usage: $0 original|seed-fix on|off" >&2; exit 2 ;;
 esac
-case "$GUARD" in on) CG=1 ;; off) CG=0 ;; *) echo "usage: $0 original|seed-fix on|off" >&2; exit 2 ;; esac
+case "$GUARD" in on | perpod) CG=1 ;; off) CG=0 ;; *) echo "usage: $0 original|seed-fix on|off|perpod" >&2; exit 2 ;; esac
+PRIMARY=/etc/cni/multus/net.d/05-cilium.conflist
+PERPOD=
+if [ "$GUARD" = perpod ]; then
+  [ "$LAYOUT" = seed-fix ] || { echo "$0: perpod needs the seed-fix layout (Multus's clusterNetwork file in its own folder)" >&2; exit 2; }
+  PERPOD=1
+  export CLUSTER_GUARD_ARGS="--per-pod-primary=$PRIMARY"
+fi
 RESTARTS=${CHURN_RESTARTS:-3}
 PODS_MAX=${CHURN_PODS:-20}
 PODS_LOW=$((PODS_MAX * 3 / 5))
@@ -86,7 +103,10 @@ matches() {
     grep -o '"multusMasterCNI": *"[^"]*"') || return 1
   master=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}' 2>/dev/null |
     grep -o '"multusMasterCNI": *"[^"]*"') || return 1
-  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ]
+  local pp=0
+  grep -q '"perPodPrimary"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" 2>/dev/null && pp=1
+  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ] &&
+    [ "$pp" = "${PERPOD:-0}" ]
 }
 t_up=$SECONDS
 if ! matches; then
@@ -104,8 +124,8 @@ cleanup() {
   wait 2>/dev/null || true
   "$K" -n kube-system patch daemonset kube-multus-ds --type=json \
     -p '[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]' >/dev/null 2>&1 || true
-  "$K" delete deployment churn --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  "$K" delete pod -l app=churn --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1 || true
+  "$K" delete deployment churn churn-plain --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  "$K" delete pod -l 'app in (churn, churn-plain)' --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1 || true
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -167,7 +187,11 @@ BG+=($!)
   gone=
   while kill -0 $$ 2>/dev/null; do
     if [ -e "$CONF" ]; then
-      [ -z "$gone" ] || echo "$(( $(date +%s%3N) - gone ))" >>"$W/conf-gaps"
+      if [ -n "$gone" ]; then
+        now=$(date +%s%3N)
+        echo "$((now - gone))" >>"$W/conf-gaps"
+        echo "$gone $now" >>"$W/windows"
+      fi
       gone=
     elif [ -z "$gone" ]; then
       gone=$(date +%s%3N)
@@ -217,6 +241,33 @@ spec:
           command: ["/bin/sleep", "3600"]
 EOF
 "$K" rollout status deployment/churn --timeout=120s >/dev/null || fail "the Deployment did not come up before the churn"
+PLAIN_START=3
+if [ -n "$PERPOD" ]; then
+  # Pods that ask for no Multus network: with per-pod awareness they start on the primary even
+  # in a window. Only ever scaled up, so every one of them is still there to be measured.
+  "$K" apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: churn-plain
+  namespace: default
+spec:
+  replicas: $PLAIN_START
+  selector:
+    matchLabels: {app: churn-plain}
+  template:
+    metadata:
+      labels: {app: churn-plain}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: main
+          image: localhost/cni-guard-test/busybox:1
+          imagePullPolicy: Never
+          command: ["/bin/sleep", "3600"]
+EOF
+  "$K" rollout status deployment/churn-plain --timeout=120s >/dev/null || fail "the plain Deployment did not come up before the churn"
+fi
 
 delete_some() { # N: deletes N random Running churn pods (not already being deleted), not waiting
   local names
@@ -248,6 +299,9 @@ for ((i = 1; i <= RESTARTS; i++)); do
   # In the window: pods torn down (deletions of running pods), then new pods (scale up).
   delete_some 3
   "$K" scale deployment churn --replicas="$PODS_MAX" >/dev/null
+  if [ -n "$PERPOD" ]; then
+    "$K" scale deployment churn-plain --replicas=$((PLAIN_START + 3 * i)) >/dev/null
+  fi
   for _ in $(seq 180); do multus_ready && break; sleep 1; done
   multus_ready || fail "Multus did not come back after restart $i"
   t_back=$SECONDS
@@ -317,4 +371,30 @@ if [ "$teardown" -gt 0 ]; then
 fi
 say "00-multus.conf absent for (ms): $(tr '\n' ' ' <"$W/conf-gaps" 2>/dev/null); the guard's refusals per window: ${per_restart[*]}"
 say "run took $((SECONDS - t_run))s (with the node's up: $((SECONDS - t_up))s)"
-echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held"
+perpod_fields=
+if [ -n "$PERPOD" ]; then
+  # The plain pods created in a window (creation time within a window's [gone, back], to the
+  # API's whole seconds), and how long each took from creation to Ready.
+  [ -s "$W/windows" ] || fail "no window was recorded"
+  "$K" get pod -l app=churn-plain -o json >"$W/plain.json" || fail "cannot list the plain pods"
+  read -r plain in_windows delay window < <(python3 - "$W/plain.json" "$W/windows" <<'PY'
+import json, statistics, sys
+from datetime import datetime
+def t(s): return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").timestamp()
+pods = json.load(open(sys.argv[1]))["items"]
+windows = [tuple(int(x) / 1000 for x in l.split()) for l in open(sys.argv[2]) if l.strip()]
+delays = []
+for p in pods:
+    created = t(p["metadata"]["creationTimestamp"])
+    if not any(a - 1 <= created <= b for a, b in windows):
+        continue
+    ready = [c for c in p["status"].get("conditions", []) if c["type"] == "Ready" and c["status"] == "True"]
+    delays.append(t(ready[0]["lastTransitionTime"]) - created if ready else float("inf"))
+med = statistics.median(delays) if delays else float("nan")
+print(len(pods), len(delays), "never" if med == float("inf") else f"{med:.0f}",
+      f"{statistics.median(b - a for a, b in windows):.1f}")
+PY
+  )
+  perpod_fields=" plain=$plain plain_in_windows=$in_windows plain_delay_s=$delay window_s=$window"
+fi
+echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held$perpod_fields"

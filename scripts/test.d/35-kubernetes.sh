@@ -171,6 +171,8 @@ conformance/k8s/autoconfig.sh
 #   seed-fix off   the seed's fix alone: bare = 0, and what it costs, seen by the detectors that
 #                  must stay at 0 with the guard: teardown_failures > 0 and the node NotReady
 #                  (notready_s - unknown_s > 0: reported by the node, not a failed poll)
+#   seed-fix perpod  as "on", and the plain pods (no Multus network) created in a window start
+#                  at once: plain_delay_s <= 5 and under half the window
 #   both on        the window reached pods: refused + held > 0 (the guard's own log; with the
 #                  manifest's wait a pod is held, not refused); bare = 0,
 #                  teardown_failures = 0, failed_sandboxes = 0, the node never NotReady (at most
@@ -181,7 +183,7 @@ conformance/k8s/autoconfig.sh
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
   summaries=()
   NOTREADY_MARGIN=3
-  for run in "original off" "original on" "seed-fix off" "seed-fix on"; do
+  for run in "original off" "original on" "seed-fix off" "seed-fix on" "seed-fix perpod"; do
     # shellcheck disable=SC2086 # LAYOUT GUARD
     line=$(conformance/k8s/churn.sh $run)
     echo "$line"
@@ -219,6 +221,17 @@ if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
           exit 1
         fi ;;
     esac
+    if [ "$run" = "seed-fix perpod" ]; then
+      # Per-pod awareness in the churn: the plain pods created in a window start at once on
+      # the primary (well inside the window), the networked ones as with the guard on.
+      in_w=$(num "$line" plain_in_windows)
+      delay=$(num "$line" plain_delay_s)
+      window=$(num "$line" window_s)
+      if [ "$in_w" -eq 0 ] || ! python3 -c 'import sys; d, w = map(float, sys.argv[1:]); sys.exit(not (d <= 5 and d < w / 2))' "$delay" "$window"; then
+        echo "35-kubernetes: FAIL: $run: plain pods created in a window should start at once (want plain_in_windows > 0, plain_delay_s <= 5 and < window_s / 2): $line" >&2
+        exit 1
+      fi
+    fi
   done
   printf '%s\n' "${summaries[@]}" >"${CNI_GUARD_K8S_SUMMARY:-/tmp/cni-guard-incident-summary.txt}"
 fi

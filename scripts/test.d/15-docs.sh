@@ -91,7 +91,11 @@ def command_segments(path, lines):
                 if m:
                     yield i + 1, m.group(1), m.group(2)
         for text in texts:
-            for m in re.finditer(r"(?:^|(?<=[\s`(\"'/=]))cni-guard +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
+            # An invocation: the binary (cni-guard, or a path ending in /cni-guard) where a
+            # command starts, not a word inside another command (`kubectl -n cni-guard ...`) or
+            # a value (`--cache-dir=/var/lib/cni/cni-guard --capability=...`).
+            for m in re.finditer(r"(?:^\s*|\$\s+|--\s+|&&\s+|;\s*|\|\s*|\(|\bsudo\s+|\bexec\s+)"
+                                 r"(?:[\w.-]*/)*cni-guard +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
                 word, rest = m.group(1), m.group(2)
                 if word.startswith("--"):
                     yield i + 1, None, word + rest

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The documentation, checked against the code (no root, no network, a few seconds):
-#  1. every `cni-guard COMMAND ... --flag` shown in README.md and docs/**/*.md (code blocks and
-#     inline code, `\` continuations joined; also `/cni-guard COMMAND` as run in a pod, and an
-#     inline span that starts with `install`, `keep`, `check` or `uninstall` and a flag) names
-#     a flag that `cni-guard COMMAND --help` of the release binary lists; `cni-guard --flag`
-#     one that `cni-guard --help` lists; every flag written alone in backticks in
-#     docs/reference/{cli,configuration}.md is a flag of some command;
+#  1. every `cni-guard COMMAND ... --flag` shown in README.md, docs/**/*.md and the chart's
+#     README.md (code blocks with their `\` continuations joined, and inline code; also
+#     `/cni-guard COMMAND` as run in a pod, and an inline span that starts with `install`,
+#     `keep`, `check` or `uninstall` and a flag) names a flag that `cni-guard COMMAND --help` of
+#     the release binary lists; `cni-guard --flag` one that `cni-guard --help` lists; every flag
+#     written alone in backticks in docs/reference/{cli,configuration}.md is some command's;
 #  2. every relative link between these files (and to any file of the repository) resolves,
 #     and every #anchor is a heading (GitHub's rule, duplicates numbered) of its target;
 #  3. every `cni-guard X.Y.Z (commit` shown has the crate's version.
@@ -26,7 +26,7 @@ for cmd in install keep check uninstall; do
 done
 crate=$(sed -n 's/^version = "\(.*\)"$/\1/p' plugin/Cargo.toml)
 
-python3 - "$HELP" "$crate" README.md $(find docs -name '*.md' | sort) <<'PY'
+python3 - "$HELP" "$crate" README.md deploy/helm/cni-guard/README.md $(find docs -name '*.md' | sort) <<'PY'
 import os, re, sys
 
 help_dir, crate, files = sys.argv[1], sys.argv[2], sys.argv[3:]

@@ -8,7 +8,8 @@
 #     written alone in backticks in docs/reference/{cli,configuration}.md is some command's;
 #  2. every relative link between these files (and to any file of the repository) resolves,
 #     and every #anchor is a heading (GitHub's rule, duplicates numbered) of its target;
-#  3. every `cni-guard X.Y.Z (commit` shown has the crate's version.
+#  3. every `cni-guard X.Y.Z (commit` shown has the crate's version;
+#  4. docs/reference/cli.md names every flag that any command's --help lists.
 # Any failure is printed with its file and line, and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -149,6 +150,17 @@ for path in files:
                     fail(path, lineno, f"link {target}: an anchor into {dest}, which is no markdown file")
                 elif anchor not in anchors_of(open(dest).read()):
                     fail(path, lineno, f"link {target}: no heading #{anchor} in {dest}")
+
+# 4. the CLI reference lists every flag of every command.
+cli = "docs/reference/cli.md"
+if cli in files:
+    documented = set(re.findall(r"`(--[a-z][a-z0-9-]*)", open(cli).read()))
+    for cmd in COMMANDS:
+        for flag in sorted(known[cmd] - documented):
+            checked["flags"] += 1
+            fail(cli, 0, f"`cni-guard {cmd} --help` lists {flag}, which this page does not")
+else:
+    fail(cli, 0, "missing")
 
 for f in failures:
     print(f"15-docs: FAIL: {f}", file=sys.stderr)

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-# Each step's wall time, printed after it and as a table at the end (the README's "Tests" quotes
+# Each step's wall time, printed after it and as a table at the end (docs/development/testing.md quotes
 # them for a cold and a warm machine).
 timings=()
 step() {

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The documentation, checked against the code (no root, no network, a few seconds):
+#  1. every `cni-guard COMMAND ... --flag` shown in README.md, docs/**/*.md and the chart's
+#     README.md (code blocks with their `\` continuations joined, and inline code; also
+#     `/cni-guard COMMAND` as run in a pod, and an inline span that starts with `install`,
+#     `keep`, `check` or `uninstall` and a flag) names a flag that `cni-guard COMMAND --help` of
+#     the release binary lists; `cni-guard --flag` one that `cni-guard --help` lists; every flag
+#     written alone in backticks in docs/reference/{cli,configuration}.md is some command's;
+#  2. every relative link between these files (and to any file of the repository) resolves,
+#     and every #anchor is a heading (GitHub's rule, duplicates numbered) of its target;
+#  3. every `cni-guard X.Y.Z (commit` shown has the crate's version;
+#  4. docs/reference/cli.md names every flag that any command's --help lists.
+# Any failure is printed with its file and line, and the script exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+cargo build --release --locked -p cni-guard
+BIN=${CARGO_TARGET_DIR:-target}/release/cni-guard
+[ -x "$BIN" ] || { echo "15-docs: FAIL: no binary at $BIN" >&2; exit 1; }
+
+HELP=$(mktemp -d)
+trap 'rm -rf "$HELP"' EXIT
+"$BIN" --help >"$HELP/top"
+"$BIN" --version >"$HELP/version"
+for cmd in install keep check uninstall; do
+  "$BIN" "$cmd" --help >"$HELP/$cmd"
+done
+crate=$(sed -n 's/^version = "\(.*\)"$/\1/p' plugin/Cargo.toml)
+
+python3 - "$HELP" "$crate" README.md deploy/helm/cni-guard/README.md $(find docs -name '*.md' | sort) <<'PY'
+import os, re, sys
+
+help_dir, crate, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+COMMANDS = ["install", "keep", "check", "uninstall"]
+FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+
+def flags_of(name):
+    return set(FLAG.findall(open(os.path.join(help_dir, name)).read())) | {"--help"}
+
+known = {c: flags_of(c) for c in COMMANDS}
+known_top = flags_of("top") | {"--version"}
+every_flag = set().union(*known.values())
+failures = []
+checked = {"flags": 0, "links": 0, "anchors": 0}
+
+def fail(path, line, what):
+    failures.append(f"{path}:{line}: {what}")
+
+def anchors_of(text):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to '-', repeats -1, -2."""
+    seen, out = {}, set()
+    in_code = False
+    for line in text.splitlines():
+        if re.match(r"^\s*(```|~~~)", line):
+            in_code = not in_code
+            continue
+        m = None if in_code else re.match(r"^#{1,6} +(.+?) *#*$", line)
+        if not m:
+            continue
+        h = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))  # a link keeps its text
+        a = re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        n = seen.get(a, 0)
+        seen[a] = n + 1
+        out.add(a if n == 0 else f"{a}-{n}")
+    for m in re.finditer(r"<a (?:id|name)=\"([^\"]+)\"", text):
+        out.add(m.group(1))
+    return out
+
+def command_segments(path, lines):
+    """(line number, command, rest) for every cni-guard command shown: code blocks and spans."""
+    in_code = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if re.match(r"^\s*(```|~~~)", line):
+            in_code = not in_code
+            i += 1
+            continue
+        texts = []
+        if in_code:
+            # Join `\` continuations.
+            text, j = line, i
+            while text.rstrip().endswith("\\") and j + 1 < len(lines):
+                j += 1
+                text = text.rstrip()[:-1] + " " + lines[j]
+            texts.append(text)
+        else:
+            texts.extend(re.findall(r"`([^`]+)`", line))
+            # An inline span that starts with a command and a flag: `keep --metrics-address`.
+            for span in re.findall(r"`([^`]+)`", line):
+                m = re.match(r"^(install|keep|check|uninstall)( +--.*)$", span)
+                if m:
+                    yield i + 1, m.group(1), m.group(2)
+        for text in texts:
+            # An invocation: the binary (cni-guard, or a path ending in /cni-guard) where a
+            # command starts, not a word inside another command (`kubectl -n cni-guard ...`) or
+            # a value (`--cache-dir=/var/lib/cni/cni-guard --capability=...`).
+            for m in re.finditer(r"(?:^\s*|\$\s+|--\s+|&&\s+|;\s*|\|\s*|\(|\bsudo\s+|\bexec\s+)"
+                                 r"(?:[\w.-]*/)*cni-guard +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
+                word, rest = m.group(1), m.group(2)
+                if word.startswith("--"):
+                    yield i + 1, None, word + rest
+                elif word in COMMANDS:
+                    yield i + 1, word, rest
+        i += 1
+
+for path in files:
+    text = open(path).read()
+    lines = text.splitlines()
+    # 1. commands and flags
+    for lineno, cmd, rest in command_segments(path, lines):
+        rest = re.split(r"\s[|;#(]|&&|\|\||`|\s--\s", rest)[0]
+        for flag in FLAG.findall(rest):
+            checked["flags"] += 1
+            ok = flag in (known[cmd] if cmd else known_top)
+            if not ok:
+                fail(path, lineno, f"`cni-guard {cmd or ''} {flag}`: no such flag in `cni-guard {cmd or ''} --help`".replace("  ", " "))
+    if re.search(r"docs/reference/(cli|configuration)\.md$", path):
+        for lineno, line in enumerate(lines, 1):
+            for span in re.findall(r"`(--[a-z][a-z0-9-]*)(?:[ =][^`]*)?`", line):
+                checked["flags"] += 1
+                if span not in every_flag and span not in known_top:
+                    fail(path, lineno, f"`{span}` is a flag of no command (`cni-guard COMMAND --help`)")
+    # 3. the version shown
+    for lineno, line in enumerate(lines, 1):
+        for v in re.findall(r"cni-guard (\d+\.\d+\.\d+) \(commit", line):
+            if v != crate:
+                fail(path, lineno, f"shows version {v}; the crate is {crate}")
+    # 2. links
+    in_code = False
+    for lineno, line in enumerate(lines, 1):
+        if re.match(r"^\s*(```|~~~)", line):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        line = re.sub(r"`[^`]*`", "", line)
+        for target in re.findall(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)", line):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue  # http:, https:, mailto:
+            checked["links"] += 1
+            page, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), page)) if page else path
+            if not os.path.exists(dest):
+                fail(path, lineno, f"link {target}: {dest} does not exist")
+                continue
+            if anchor:
+                checked["anchors"] += 1
+                if not dest.endswith(".md") or os.path.isdir(dest):
+                    fail(path, lineno, f"link {target}: an anchor into {dest}, which is no markdown file")
+                elif anchor not in anchors_of(open(dest).read()):
+                    fail(path, lineno, f"link {target}: no heading #{anchor} in {dest}")
+
+# 4. the CLI reference lists every flag of every command.
+cli = "docs/reference/cli.md"
+if cli in files:
+    documented = set(re.findall(r"`(--[a-z][a-z0-9-]*)", open(cli).read()))
+    for cmd in COMMANDS:
+        for flag in sorted(known[cmd] - documented):
+            checked["flags"] += 1
+            fail(cli, 0, f"`cni-guard {cmd} --help` lists {flag}, which this page does not")
+else:
+    fail(cli, 0, "missing")
+
+for f in failures:
+    print(f"15-docs: FAIL: {f}", file=sys.stderr)
+print(f"15-docs: {len(files)} files; {checked['flags']} flags, {checked['links']} links, "
+      f"{checked['anchors']} anchors checked; {len(failures)} failures")
+if failures:
+    print(f"15-docs: FAILED: {len(failures)} problems in the documentation (above)", file=sys.stderr)
+    sys.exit(1)
+PY
+echo "15-docs: the commands, flags and links of README.md and docs/ are the binary's and resolve"

@@ -1,5 +1,5 @@
 //! CNI mode: one invocation, from the runtime's request to the reply (or to exec'ing the
-//! delegate). The decision table is in the README.
+//! delegate). The decision table is in docs/reference/cni-behaviour.md.
 
 use std::ffi::OsString;
 use std::io::Read;

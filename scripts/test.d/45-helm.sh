@@ -541,7 +541,7 @@ for r in rules:
 PY
 
 echo "-- conventions"
-# kubeVersion: what the README's Talos releases run is covered, older is refused.
+# kubeVersion: what docs/guides/talos-cilium-multus.md's Talos releases run is covered, older is refused.
 "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.25.0 >/dev/null ||
   fail "helm template refuses Kubernetes 1.25.0 (kubeVersion)"
 if "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.24.17 >"$WORK/kube.out" 2>&1; then

@@ -33,8 +33,9 @@ done
 CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 cargo build --release --locked -p cni-guard
 
-# One node per machine (fixed namespace, addresses, folder): runs from other clones wait here.
-exec 9>/run/lock/cni-guard-k8s-test.lock
+# One node per machine (fixed namespace, addresses, folder): every user of it (this test from
+# any clone, anything else that runs scripts/cluster.sh) holds this lock; the others wait here.
+exec 9>/run/lock/cni-guard-node.lock
 flock -w 1800 9 || skip "another run of this test held the lock for 30 min"
 # The cluster belongs to this run: a cluster left up by a killed run is not taken for ours
 # (scripts/cluster.sh up removes it and makes a new one).

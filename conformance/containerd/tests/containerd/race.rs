@@ -161,7 +161,10 @@ fn refused_by_guard(ctrd: &Containerd, msg: &str) -> Result<(), String> {
             .into_iter()
             .filter(|l| l.starts_with("verb=ADD") && l.contains(&container))
             .collect();
-        if lines.iter().any(|l| l.contains(" decision=refused code=11 ")) {
+        if lines
+            .iter()
+            .any(|l| l.contains(" decision=refused code=11 "))
+        {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -118,7 +118,7 @@ pub fn run_until(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     sys::child_of_guard(&mut cmd);
-    let mut child = cmd.spawn().map_err(cannot_run)?;
+    let mut child = while_text_busy(|| cmd.spawn()).map_err(cannot_run)?;
     let ended = wait_bounded(&mut child, deadline);
     let ended = match ended {
         Ok(ended) => ended,
@@ -226,11 +226,36 @@ pub fn exec(plugin: &Path, config: &[u8]) -> Error {
             )
         }
     };
-    let e = Command::new(plugin).stdin(Stdio::from(stdin)).exec();
+    let mut cmd = Command::new(plugin);
+    cmd.stdin(Stdio::from(stdin));
+    let e = match while_text_busy(|| Err::<(), _>(cmd.exec())) {
+        Err(e) => e,
+        Ok(()) => unreachable!("exec returns only when it fails"),
+    };
     Error::new(
         Kind::Failed,
         format!("cannot exec plugin {}: {e}", plugin.display()),
     )
+}
+
+/// How long a plugin binary that is open for writing somewhere (ETXTBSY: an installer still
+/// writing it, or a process forked while it had it open and not yet at its own exec) is retried.
+const TEXT_BUSY_RETRY: Duration = Duration::from_millis(200);
+
+/// Runs `start` (a spawn or an exec) again, with a short backoff, while it fails with ETXTBSY,
+/// for at most [`TEXT_BUSY_RETRY`]; the last outcome otherwise.
+fn while_text_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let until = Instant::now() + TEXT_BUSY_RETRY;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match start() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() < until => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// The spec's error structure, if `stdout` holds one: an object with a numeric `code`.
@@ -256,6 +281,27 @@ mod tests {
         std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
         p
+    }
+
+    /// A binary open for writing elsewhere (ETXTBSY) is retried, not failed at once: an
+    /// installer finishing it, or a process forked while it was open and not yet at its exec.
+    #[test]
+    fn a_plugin_busy_being_written_is_retried() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "busy", "echo '{\"ok\":3}'", 0o755);
+        let writer = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(writer);
+        });
+        let out = run(&p, request::Command::Add, b"{}", Duration::from_secs(5));
+        release.join().unwrap();
+        assert_eq!(out.unwrap(), b"{\"ok\":3}\n");
+        // Past the retry window it is the error it was.
+        let writer = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        let e = run(&p, request::Command::Add, b"{}", Duration::from_secs(5)).unwrap_err();
+        assert!(e.msg().contains("Text file busy"), "{}", e.msg());
+        drop(writer);
     }
 
     #[test]

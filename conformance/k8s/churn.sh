@@ -15,7 +15,7 @@
 # daemon removes 00-multus.conf). Every pod seen Running is classified once: full (network-status
 # and `ip addr` inside both show eth0 and net1) or bare (Running without net1). Prints
 #
-#   incident-summary kubernetes=.. containerd=.. multus=.. layout=.. guard=.. pods=N full=F
+#   incident-summary kubernetes=.. containerd=.. multus=.. primary=.. layout=.. guard=.. pods=N full=F
 #     bare=B teardown_failures=T notready_s=X recovery_s=Y
 #
 #   teardown_failures  churn pod deletions whose sandbox teardown failed at least once: the
@@ -46,6 +46,7 @@ RESTARTS=${CHURN_RESTARTS:-3}
 PODS_MAX=${CHURN_PODS:-20}
 PODS_LOW=$((PODS_MAX * 3 / 5))
 RECOVERY_TIMEOUT=${CHURN_RECOVERY_TIMEOUT:-90}
+PRIMARY=${CLUSTER_PRIMARY:-bridge} # the node's primary network (scripts/cluster.sh): bridge|cilium
 
 CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 NODE=$CLUSTER_DIR/node
@@ -71,7 +72,8 @@ matches() {
     grep -o '"multusMasterCNI": *"[^"]*"') || return 1
   master=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}' 2>/dev/null |
     grep -o '"multusMasterCNI": *"[^"]*"') || return 1
-  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ]
+  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ] &&
+    [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo bridge)" = "$PRIMARY" ]
 }
 t_up=$SECONDS
 if ! matches; then
@@ -276,4 +278,4 @@ if [ "$teardown" -gt 0 ]; then
 fi
 say "00-multus.conf absent for (ms): $(tr '\n' ' ' <"$W/conf-gaps" 2>/dev/null)"
 say "run took $((SECONDS - t_run))s (with the node's up: $((SECONDS - t_up))s)"
-echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery"
+echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version primary=$(cat "$CLUSTER_DIR/primary") layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery"

@@ -194,7 +194,8 @@ stop() {
 
 # Every process in the node's cgroups (daemons, shims, pods' processes).
 cgroup_pids() {
-  find /sys/fs/cgroup/*/"$CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+  # (None at all is no error: `down` on a machine without the node.)
+  { find /sys/fs/cgroup/*/"$CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | sort -un
 }
 
 kill_cgroup() {

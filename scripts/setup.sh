@@ -17,7 +17,8 @@
 #      multus-shim) and Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
 #      kubelet, kubectl), each through a small wrapper module generated in a temp dir
 #      (wrapper_mod below); Kubernetes is by far the longest build (500 s of CPU: 4.5 min on 2
-#      idle cores, 17 min on loaded ones).
+#      idle cores, 17 min on loaded ones). Then Cilium's agent and CNI plugin (CLUSTER_PRIMARY=
+#      cilium), the same way (700 s of CPU, 17 min on loaded cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/versions.sh
@@ -56,7 +57,7 @@ if [ "$(id -u)" != 0 ]; then
   [ -x "$CNITOOL" ] || command -v cnitool >/dev/null || say "not root: cnitool is not installed"
   for b in "$CONTAINERD2_BIN/containerd" "$CRICTL_BIN/crictl" "$CNITOOL_GO_BIN/cnitool" \
            "$CNI_PLUGINS_BIN/bridge" "$ETCD_BIN/etcd" "$MULTUS_BIN/multus-daemon" \
-           "$KUBERNETES_BIN/kubelet"; do
+           "$KUBERNETES_BIN/kubelet" "$CILIUM_BIN/cilium-agent" "$CILIUM_BIN/cilium-cni"; do
     [ -x "$b" ] || say "not root: $b is not built"
   done
   say "not root: root-only suites will skip"

@@ -314,7 +314,12 @@ if [ "$phase" = Running ]; then
   echo "cilium-exclusive layout=before-fix pod_during_fight: $("$K" exec exclusive-fight -- ip -o -4 addr 2>&1 | awk '{print $2 "=" $4}' | tr '\n' ' ')"
 fi
 echo "$NAME: RENAME FIGHT: Cilium (cni.exclusive, confPath the conf dir) renamed 00-cni-guard.conflist $n_guard times in ${FIGHT}s and keep restored it $n_restored times; no pod starts (the delegate 00-multus.conf is renamed too). Use confPath /etc/cni/multus/net.d or cni.exclusive false." >&2
-# End the fight before the node goes down (containerd reloads its CNI config on every round).
+# End the fight before the node goes down (containerd reloads its CNI config on every round, and
+# cilium-cni's DEL waits for an agent): the agent again with cni.exclusive false, Multus's file
+# moved back, as an operator would.
 scripts/cluster.sh cilium stop >/dev/null 2>&1
+scripts/cluster.sh cilium start >/dev/null 2>&1
+mv -f "$N_CONF/00-multus.conf.cilium_bak" "$N_CONF/00-multus.conf"
+"$K" delete pod exclusive-fight --wait=true --timeout=90s >/dev/null 2>&1 || true
 
 echo "$NAME: done in $((SECONDS - t0))s"

@@ -7,6 +7,10 @@
 #   scripts/cluster.sh down     stop every process it started, remove its network namespace, its
 #                               mounts, cgroups and files; safe to run at any time, any number
 #   scripts/cluster.sh status   the processes, the node and every pod
+#   scripts/cluster.sh cilium stop [--uninstall] | start   (CLUSTER_PRIMARY=cilium) stop the agent
+#                               (SIGTERM; --uninstall then removes its conflist, as the chart's
+#                               preStop does with cni.uninstall) or start it again, with
+#                               CLUSTER_CILIUM_EXCLUSIVE as set now
 #   scripts/cluster.sh manifest FILE   conformance/k8s/manifests/FILE with this node's paths
 #                                      (FILE `guard`: deploy/multus-cilium for this node;
 #                                      `guard-uninstall`: deploy/uninstall for this node)
@@ -38,10 +42,20 @@
 # fixed (05-cilium.conflist in the conf dir, Multus's autoconfig dir the conf dir, no guard: the
 # incident itself), CLUSTER_MULTUS_MASTER (Multus's multusMasterCNI; see MASTER_CNI below),
 # CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
-# running for a look (`down` still removes it), CLUSTER_GUARD_WAIT=N for the guard's
-# --wait-seconds (the manifest's, 60, by default; the scenarios about the refusal itself pin 0),
-# CLUSTER_GUARD_ARGS="--flag=... ..." for more flags of the guard's install and keep (host paths,
-# moved under the node's folder like the manifest's). Needs root.
+# running for a look (`down` still removes it),
+# CLUSTER_PRIMARY=bridge|cilium (default bridge): the primary network. `bridge` is the stand-in
+# conflist above; `cilium` is the real Cilium $CILIUM_VERSION (issue 19): cilium-agent runs as a
+# node process in the node's network namespace (nsenter, like the other daemons; see README "The
+# real Cilium" for why not a DaemonSet), bpffs mounted at $NODE/sys/fs/bpf, Cilium's CRDs
+# applied, IPAM `kubernetes` from the node's podCIDR (kube-controller-manager allocates it), and
+# the agent writes its own 05-cilium.conflist where the stand-in would be (--write-cni-conf-when-
+# ready) once it is ready; cilium-cni goes into the node's bin dir, and the guard gets the
+# agent's socket as a `sockets` precondition. CLUSTER_CILIUM_EXCLUSIVE=true runs the agent with
+# --cni-exclusive=true (the Helm chart's default; false by default here, as the seed sets it).
+# CLUSTER_GUARD_WAIT=N for the guard's --wait-seconds (the manifest's, 60, by default; the
+# scenarios about the refusal itself pin 0), CLUSTER_GUARD_ARGS="--flag=... ..." for more flags
+# of the guard's install and keep (host paths, moved under the node's folder like the
+# manifest's). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -84,6 +98,21 @@ case "${CLUSTER_MULTUS_MASTER:-}" in
   auto) MASTER_CNI= ;;
   *) MASTER_CNI=$CLUSTER_MULTUS_MASTER ;;
 esac
+PRIMARY=${CLUSTER_PRIMARY:-bridge}
+case "$PRIMARY" in
+  bridge | cilium) ;;
+  *) echo "cluster: CLUSTER_PRIMARY is bridge or cilium, not $PRIMARY" >&2; exit 2 ;;
+esac
+CILIUM_EXCLUSIVE=${CLUSTER_CILIUM_EXCLUSIVE:-false}
+case "$CILIUM_EXCLUSIVE" in
+  true | false) ;;
+  *) echo "cluster: CLUSTER_CILIUM_EXCLUSIVE is true or false, not $CILIUM_EXCLUSIVE" >&2; exit 2 ;;
+esac
+# The agent's own folders, all under the node's: its state dir and API socket (mounted into
+# Multus's container at /var/run/cilium, where cilium-cni looks for the socket), and bpffs.
+CILIUM_RUN=$NODE/run/cilium
+CILIUM_SOCK=$CILIUM_RUN/cilium.sock
+CILIUM_BPFFS=$NODE/sys/fs/bpf
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler guard-syslog containerd kubelet)
@@ -205,7 +234,8 @@ stop() {
 
 # Every process in the node's cgroups (daemons, shims, pods' processes).
 cgroup_pids() {
-  find /sys/fs/cgroup/*/"$CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+  # (None at all is no error: `down` on a machine without the node.)
+  { find /sys/fs/cgroup/*/"$CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | sort -un
 }
 
 kill_cgroup() {
@@ -554,8 +584,36 @@ guard_args() { # stdin -> stdout: $CLUSTER_GUARD_ARGS added after each --delegat
   done
   if [ -n "$script" ]; then sed -e "$script"; else cat; fi
 }
+# With CLUSTER_PRIMARY=cilium the guard also gets the agent's API socket as a `sockets`
+# precondition (--socket on install and keep; its folder mounted read-only for keep's check):
+# cilium-cni's ADD needs the agent, and the conflist the agent leaves behind when it stops says
+# nothing about whether it runs.
 guard_manifest() { # [KUSTOMIZATION: deploy/multus-cilium by default, or deploy/uninstall]
-  kubectl kustomize "$REPO/deploy/${1:-multus-cilium}" | guard_args | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
+  local k=${1:-multus-cilium} kdir
+  if [ "$PRIMARY" = cilium ] && [ "$k" = multus-cilium ]; then
+    kdir=$CLUSTER_DIR/tmp/guard-cilium
+    mkdir -p "$kdir"
+    cat >"$kdir/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$kdir" "$REPO/deploy/$k")
+patches:
+  - target: {kind: DaemonSet, name: cni-guard}
+    patch: |-
+      - {op: add, path: /spec/template/spec/initContainers/0/args/-, value: "--socket=$CILIUM_SOCK"}
+      - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--socket=$CILIUM_SOCK"}
+      - op: add
+        path: /spec/template/spec/containers/0/volumeMounts/-
+        value: {name: cilium-run, mountPath: "/host$CILIUM_RUN", readOnly: true}
+      - op: add
+        path: /spec/template/spec/volumes/-
+        value: {name: cilium-run, hostPath: {path: "$CILIUM_RUN", type: DirectoryOrCreate}}
+EOF
+  else
+    kdir=$REPO/deploy/$k
+  fi
+  kubectl kustomize "$kdir" | guard_args | sed -e "s#/etc/cni/#$NODE/etc/cni/#g" \
     -e "s#/opt/cni/bin#$NODE/opt/cni/bin#g" -e "s#/var/lib/cni/cni-guard#$NODE/var/lib/cni/cni-guard#g" \
     -e "s#^\( *image:\) cni-guard:.*#\1 $GUARD_IMAGE#" |
     if [ -n "${CLUSTER_GUARD_WAIT:-}" ]; then
@@ -564,6 +622,57 @@ guard_manifest() { # [KUSTOMIZATION: deploy/multus-cilium by default, or deploy/
     if [ "$LAYOUT" = before-fix ]; then
       sed -e "s#--attachment=$NODE/etc/cni/multus/net.d/#--attachment=$NODE/etc/cni/net.d/#"
     else cat; fi
+}
+
+# --- the primary network ------------------------------------------------------------------------
+# Where 05-cilium.conflist goes: the conf dir containerd reads without Multus or before the seed's
+# fix, else Multus's autoconfig dir (the seed's cni.confPath). Recorded by `up` for later calls.
+primary_conf_dir() {
+  if [ -s "$CLUSTER_DIR/primary-conf-dir" ]; then
+    cat "$CLUSTER_DIR/primary-conf-dir"
+  elif [ "${CLUSTER_MULTUS:-1}" = 0 ] || [ "$LAYOUT" = before-fix ]; then
+    echo "$NODE/etc/cni/net.d"
+  else
+    echo "$NODE/etc/cni/multus/net.d"
+  fi
+}
+
+node_has_pod_cidr() { [ -n "$(kubectl get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')" ]; }
+cilium_sock_up() { curl -sf --unix-socket "$CILIUM_SOCK" http://localhost/v1/healthz >/dev/null; }
+
+# The Cilium agent as a node process (see the header). Its flags are those of the seed's values
+# that apply without the Helm chart (cni.exclusive false, cni.confPath Multus's autoconfig dir)
+# and what this node needs: no kube-proxy replacement (socket LB would attach at the VM's
+# cgroup-v2 root, shared with the host), no Envoy (--enable-l7-proxy=false), no operator (IPAM
+# kubernetes), native routing on the one node, no health endpoint, no Hubble.
+start_cilium() {
+  local conf_dir
+  conf_dir=$(primary_conf_dir)
+  mkdir -p "$CILIUM_BPFFS" "$CILIUM_RUN"
+  mountpoint -q "$CILIUM_BPFFS" || mount -t bpf bpf "$CILIUM_BPFFS"
+  say "applying Cilium $CILIUM_VERSION's CRDs"
+  kubectl apply --server-side -f "$CILIUM_LIB/crds/v2" -f "$CILIUM_LIB/crds/v2alpha1" >/dev/null
+  wait_for "node $NODE_NAME's podCIDR (kube-controller-manager)" node_has_pod_cidr
+  # clang (-> clang-19) comes first in PATH: the agent compiles its datapath with `clang`.
+  start cilium-agent env PATH="$CILIUM_BIN:$PATH" K8S_NODE_NAME="$NODE_NAME" \
+    CILIUM_K8S_NAMESPACE=kube-system "$CILIUM_BIN/cilium-agent" \
+    --k8s-kubeconfig-path="$KUBECONFIG_ADMIN" --k8s-namespace=kube-system \
+    --state-dir="$CILIUM_RUN" --socket-path="$CILIUM_SOCK" --lib-dir="$CILIUM_LIB" \
+    --bpf-root="$CILIUM_BPFFS" --cgroup-root=/sys/fs/cgroup/unified \
+    --ipam=kubernetes --k8s-require-ipv4-pod-cidr=true --enable-ipv4=true --enable-ipv6=false \
+    --routing-mode=native --ipv4-native-routing-cidr="$POD_SUBNET" \
+    --enable-ipv4-masquerade=false \
+    --kube-proxy-replacement=false --enable-l7-proxy=false \
+    --enable-health-checking=false --enable-endpoint-health-checking=false \
+    --enable-hubble=false --agent-health-port=9879 \
+    --write-cni-conf-when-ready="$conf_dir/05-cilium.conflist" \
+    --cni-exclusive="$CILIUM_EXCLUSIVE"
+  local t=$TIMEOUT
+  TIMEOUT=${CLUSTER_CILIUM_TIMEOUT:-420}
+  wait_for "the Cilium agent's API (logs/cilium-agent.log)" cilium_sock_up
+  wait_for "Cilium's 05-cilium.conflist in $conf_dir" test -s "$conf_dir/05-cilium.conflist"
+  TIMEOUT=$t
+  say "Cilium agent up; $conf_dir/05-cilium.conflist written"
 }
 
 # --- up / down / status ------------------------------------------------------------------------
@@ -577,6 +686,12 @@ need_binaries() {
   for b in "${KUBERNETES_BUILT[@]}"; do
     [ -x "$KUBERNETES_BIN/$b" ] || die "$KUBERNETES_BIN/$b is missing: run scripts/setup.sh"
   done
+  if [ "$PRIMARY" = cilium ]; then
+    for b in "$CILIUM_BIN/cilium-agent" "$CILIUM_BIN/cilium-cni" "$CILIUM_BIN/clang" \
+             "$CILIUM_LIB/bpf/bpf_lxc.c" "$CILIUM_LIB/crds/v2/ciliumnodes.yaml" /usr/sbin/ipset; do
+      [ -e "$b" ] || die "$b is missing: run scripts/setup.sh (as root)"
+    done
+  fi
   GUARD_BIN=${CNI_GUARD_BIN:-$REPO/target/release/cni-guard}
   if [ ! -x "$GUARD_BIN" ]; then
     say "building $GUARD_BIN"
@@ -592,6 +707,9 @@ apiserver_ready() {
 is_up() {
   local d
   for d in "${DAEMONS[@]}"; do [ -n "$(pid_of "$d")" ] || return 1; done
+  if [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = cilium ]; then
+    [ -n "$(pid_of cilium-agent)" ] || return 1
+  fi
   apiserver_ready
 }
 
@@ -633,13 +751,19 @@ up() {
   write_configs
   cp "$CNI_PLUGINS_BIN"/* "$NODE/opt/cni/bin/"
   cp "$GUARD_BIN" "$NODE/opt/cni/bin/cni-guard"
-  if [ "${CLUSTER_MULTUS:-1}" = 0 ] || [ "$LAYOUT" = before-fix ]; then
-    cp "$CLUSTER_DIR/05-cilium.conflist" "$NODE/etc/cni/net.d/"
+  echo "$PRIMARY" >"$CLUSTER_DIR/primary"
+  primary_conf_dir >"$CLUSTER_DIR/primary-conf-dir"
+  if [ "$PRIMARY" = cilium ]; then
+    cp "$CILIUM_BIN/cilium-cni" "$NODE/opt/cni/bin/"
   else
-    cp "$CLUSTER_DIR/05-cilium.conflist" "$NODE/etc/cni/multus/net.d/"
+    cp "$CLUSTER_DIR/05-cilium.conflist" "$(primary_conf_dir)/"
   fi
 
-  local p=$CLUSTER_DIR/pki
+  local p=$CLUSTER_DIR/pki kcm_cidrs=()
+  # Cilium's IPAM `kubernetes` takes the node's podCIDR, which kube-controller-manager allocates.
+  if [ "$PRIMARY" = cilium ]; then
+    kcm_cidrs=(--allocate-node-cidrs=true --cluster-cidr="$POD_SUBNET" --node-cidr-mask-size=24)
+  fi
   # No fsync: a throw-away test store on a disk shared with other builds.
   start etcd "$ETCD_BIN/etcd" --name "$NODE_NAME" --data-dir "$CLUSTER_DIR/etcd" \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -668,7 +792,7 @@ up() {
     --service-account-private-key-file="$p/sa.key" --root-ca-file="$p/ca.crt" \
     --use-service-account-credentials=true --leader-elect=false \
     --bind-address=127.0.0.1 --cert-dir="$CLUSTER_DIR/controller-manager" \
-    --service-cluster-ip-range="$SERVICE_CIDR" --profiling=false
+    --service-cluster-ip-range="$SERVICE_CIDR" --profiling=false "${kcm_cidrs[@]}"
   start kube-scheduler "$KUBERNETES_BIN/kube-scheduler" \
     --kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
     --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
@@ -690,6 +814,7 @@ up() {
     --node-ip="$NODE_IP" --v=2
   wait_for "node $NODE_NAME to register (logs/kubelet.log)" kubectl get node "$NODE_NAME"
   restore_sysctls
+  if [ "$PRIMARY" = cilium ]; then start_cilium; fi
 
   if [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
     say "deploying Multus $MULTUS_VERSION and the NetworkAttachmentDefinition"
@@ -763,6 +888,7 @@ down() {
     done
     stop containerd 15
   fi
+  stop cilium-agent 20
   for d in guard-syslog kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
   kill_cgroup
   remove_cgroups
@@ -789,7 +915,7 @@ down() {
 
 status() {
   local d pid
-  for d in "${DAEMONS[@]}"; do
+  for d in "${DAEMONS[@]}" cilium-agent; do
     pid=$(pid_of "$d")
     if [ -n "$pid" ]; then printf '%-24s running (pid %s)\n' "$d" "$pid"
     else printf '%-24s not running\n' "$d"; fi
@@ -806,11 +932,21 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | status) [ "$(id -u)" = 0 ] || die "needs root" ;;
+  up | down | status | cilium) [ "$(id -u)" = 0 ] || die "needs root" ;;
 esac
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  cilium)
+    [ "$(id -u)" = 0 ] || die "needs root"
+    [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = cilium ] || die "the node does not run Cilium"
+    case "${2:-}" in
+      stop)
+        stop cilium-agent 20
+        if [ "${3:-}" = --uninstall ]; then rm -f "$(primary_conf_dir)/05-cilium.conflist"; fi ;;
+      start) [ -z "$(pid_of cilium-agent)" ] || die "the agent runs"; start_cilium ;;
+      *) die "cilium stop [--uninstall] | start" ;;
+    esac ;;
   status) status ;;
   sysctls) printf '%s\n' "${SYSCTLS[@]}" ;; # the kernel settings up saves and down puts back
   manifest)
@@ -819,5 +955,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac

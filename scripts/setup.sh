@@ -17,7 +17,8 @@
 #      multus-shim) and Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
 #      kubelet, kubectl), each through a small wrapper module generated in a temp dir
 #      (wrapper_mod below); Kubernetes is by far the longest build (500 s of CPU: 4.5 min on 2
-#      idle cores, 17 min on loaded ones).
+#      idle cores, 17 min on loaded ones). Then Cilium's agent and CNI plugin (CLUSTER_PRIMARY=
+#      cilium), the same way (700 s of CPU, 17 min on loaded cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/versions.sh
@@ -30,6 +31,7 @@ PACKAGES=(
   golang-go golang-github-appc-cni-dev dpkg-dev # building cnitool from source
   containerd runc busybox-static                # the containerd suites
   hyperfine                                     # the latency measurements
+  clang-19 llvm-19 ipset                        # the Cilium agent's datapath (CLUSTER_PRIMARY=cilium)
 )
 CNITOOL=${CNITOOL:-/usr/local/bin/cnitool}
 SRC_PACKAGE=golang-github-appc-cni
@@ -56,7 +58,7 @@ if [ "$(id -u)" != 0 ]; then
   [ -x "$CNITOOL" ] || command -v cnitool >/dev/null || say "not root: cnitool is not installed"
   for b in "$CONTAINERD2_BIN/containerd" "$CRICTL_BIN/crictl" "$CNITOOL_GO_BIN/cnitool" \
            "$CNI_PLUGINS_BIN/bridge" "$ETCD_BIN/etcd" "$MULTUS_BIN/multus-daemon" \
-           "$KUBERNETES_BIN/kubelet"; do
+           "$KUBERNETES_BIN/kubelet" "$CILIUM_BIN/cilium-agent" "$CILIUM_BIN/cilium-cni"; do
     [ -x "$b" ] || say "not root: $b is not built"
   done
   say "not root: root-only suites will skip"
@@ -233,8 +235,8 @@ go_component() {
   if [ -x /usr/bin/time ]; then timing=(/usr/bin/time -v -o "$dir.partial/time.txt"); fi
   start=$(date +%s%N)
   if [ -n "${GO_MODULE_DIR:-}" ]; then
-    (cd "$GO_MODULE_DIR" && go_env "${timing[@]}" "$GO" build -ldflags="$ldflags" \
-      -o "$dir.partial/bin/" "$@")
+    (cd "$GO_MODULE_DIR" && go_env ${GO_NICE:-} "${timing[@]}" "$GO" build -ldflags="$ldflags" \
+      ${GO_TAGS:+-tags=$GO_TAGS} -o "$dir.partial/bin/" "$@")
   else
     go_env GOBIN="$dir.partial/bin" "${timing[@]}" "$GO" install -ldflags="$ldflags" "$@"
   fi
@@ -280,6 +282,10 @@ wrapper_mod() {
     sed -n '/^godebug /p' "$gomod"
     echo
     echo "require $module $version"
+    if [ "$module" = "$CILIUM_MODULE" ]; then
+      echo
+      echo "replace $CILIUM_GOBGP_REPLACE"
+    fi
     if [ "$module" = "$KUBERNETES_MODULE" ]; then
       rest=${version#v1.}
       echo
@@ -370,6 +376,33 @@ for b in "${KUBERNETES_BUILT[@]}"; do k8s_pkgs+=("$KUBERNETES_MODULE/cmd/$b"); d
 wrapped_component "Kubernetes $KUBERNETES_VERSION" "$(dirname "$KUBERNETES_BIN")" "$k8s_ldflags" \
   "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "${KUBERNETES_BUILT[@]}" -- "${k8s_pkgs[@]}"
 
+# Cilium: the agent and its CNI plugin (issue 19), niced (the longest build after Kubernetes); the
+# version string as its Makefile.defs stamps it ("1.20.2 <revision>"). Then the module's bpf/ into
+# $CILIUM_LIB (the agent's --lib-dir), its CRDs into $CILIUM_LIB/crds, and clang/llc links to Debian's -19 tools next to the agent
+# (the agent runs `clang` from PATH; bookworm's default clang is 14, too old for v1.20's bpf/).
+cilium_dir=$(dirname "$CILIUM_BIN")
+GO_NICE="nice -n 10" GO_TAGS=osusergo wrapped_component "Cilium $CILIUM_VERSION" "$cilium_dir" \
+  "-s -w -X '$CILIUM_MODULE/pkg/version.ciliumVersion=${CILIUM_VERSION#v} $CILIUM_VERSION'" \
+  "$CILIUM_MODULE" "$CILIUM_VERSION" cilium-agent:daemon cilium-cni -- \
+  "$CILIUM_MODULE/daemon" "$CILIUM_MODULE/plugins/cilium-cni"
+if [ ! -f "$CILIUM_LIB/bpf/bpf_lxc.c" ] || [ ! -d "$CILIUM_LIB/crds/v2" ]; then
+  cilium_src=$(go_env "$GO" mod download -json "$CILIUM_MODULE@$CILIUM_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$cilium_src/bpf/bpf_lxc.c" ] || { say "no bpf/ in $cilium_src" >&2; exit 1; }
+  rm -rf "$CILIUM_LIB.partial"
+  mkdir -p "$CILIUM_LIB.partial"
+  cp -r "$cilium_src/bpf" "$CILIUM_LIB.partial/"
+  # The CRDs the agent needs (it exits when they are missing; without the operator nobody else
+  # registers them): pkg/k8s/apis/cilium.io/client/crds/{v2,v2alpha1}/*.yaml.
+  cp -r "$cilium_src/pkg/k8s/apis/cilium.io/client/crds" "$CILIUM_LIB.partial/crds"
+  chmod -R u+w "$CILIUM_LIB.partial"
+  rm -rf "$CILIUM_LIB"
+  mv "$CILIUM_LIB.partial" "$CILIUM_LIB"
+  say "copied $CILIUM_MODULE@$CILIUM_VERSION's bpf/ and CRDs into $CILIUM_LIB"
+fi
+ln -sfn /usr/bin/clang-19 "$CILIUM_BIN/clang"
+ln -sfn /usr/bin/llc-19 "$CILIUM_BIN/llc"
+
 # What was built answers for its version (a wrong pin or a broken build fails here).
 "$CONTAINERD2_BIN/containerd" --version | grep -qF " $CONTAINERD2_VERSION" \
   || { say "$CONTAINERD2_BIN/containerd does not report $CONTAINERD2_VERSION" >&2; exit 1; }
@@ -397,8 +430,16 @@ for b in multus-daemon multus-shim; do
   grep -qF "version:$MULTUS_VERSION" <<<"$v" \
     || { say "$MULTUS_BIN/$b does not report $MULTUS_VERSION: $v" >&2; exit 1; }
 done
+v=$("$CILIUM_BIN/cilium-agent" --version 2>&1 || true)
+grep -qF "${CILIUM_VERSION#v}" <<<"$v" \
+  || { say "$CILIUM_BIN/cilium-agent does not report $CILIUM_VERSION: $v" >&2; exit 1; }
+v=$(echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION "$CILIUM_BIN/cilium-cni" 2>&1 || true)
+grep -qF '"1.0.0"' <<<"$v" \
+  || { say "$CILIUM_BIN/cilium-cni VERSION does not list 1.0.0: $v" >&2; exit 1; }
+"$CILIUM_BIN/clang" --version | grep -qE 'clang version (19|[2-9][0-9])\.' \
+  || { say "$CILIUM_BIN/clang is not clang >= 19" >&2; exit 1; }
 say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
-say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
+say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION; Cilium $CILIUM_VERSION"
 say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
 say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"
 

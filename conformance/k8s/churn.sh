@@ -17,7 +17,7 @@
 # daemon removes 00-multus.conf). Every pod seen Running is classified once: full (network-status
 # and `ip addr` inside both show eth0 and net1) or bare (Running without net1). Prints
 #
-#   incident-summary kubernetes=.. containerd=.. multus=.. layout=.. guard=.. pods=N full=F
+#   incident-summary kubernetes=.. containerd=.. multus=.. primary=.. layout=.. guard=.. pods=N full=F
 #     bare=B teardown_failures=T notready_s=X recovery_s=Y refused=R failed_sandboxes=S
 #     unknown_s=U held=H
 #
@@ -67,17 +67,18 @@ case "$LAYOUT" in
   *) echo "usage: $0 original|seed-fix on|off" >&2; exit 2 ;;
 esac
 case "$GUARD" in on | perpod) CG=1 ;; off) CG=0 ;; *) echo "usage: $0 original|seed-fix on|off|perpod" >&2; exit 2 ;; esac
-PRIMARY=/etc/cni/multus/net.d/05-cilium.conflist
+PERPOD_PRIMARY=/etc/cni/multus/net.d/05-cilium.conflist
 PERPOD=
 if [ "$GUARD" = perpod ]; then
   [ "$LAYOUT" = seed-fix ] || { echo "$0: perpod needs the seed-fix layout (Multus's clusterNetwork file in its own folder)" >&2; exit 2; }
   PERPOD=1
-  export CLUSTER_GUARD_ARGS="--per-pod-primary=$PRIMARY"
+  export CLUSTER_GUARD_ARGS="--per-pod-primary=$PERPOD_PRIMARY"
 fi
 RESTARTS=${CHURN_RESTARTS:-3}
 PODS_MAX=${CHURN_PODS:-20}
 PODS_LOW=$((PODS_MAX * 3 / 5))
 RECOVERY_TIMEOUT=${CHURN_RECOVERY_TIMEOUT:-90}
+PRIMARY=${CLUSTER_PRIMARY:-bridge} # the node's primary network (scripts/cluster.sh): bridge|cilium
 
 CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 NODE=$CLUSTER_DIR/node
@@ -106,7 +107,8 @@ matches() {
   local pp=0
   grep -q '"perPodPrimary"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" 2>/dev/null && pp=1
   [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ] &&
-    [ "$pp" = "${PERPOD:-0}" ]
+    [ "$pp" = "${PERPOD:-0}" ] &&
+    [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo bridge)" = "$PRIMARY" ]
 }
 t_up=$SECONDS
 if ! matches; then
@@ -397,4 +399,4 @@ PY
   )
   perpod_fields=" plain=$plain plain_in_windows=$in_windows plain_delay_s=$delay window_s=$window"
 fi
-echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held$perpod_fields"
+echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version primary=$(cat "$CLUSTER_DIR/primary") layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held$perpod_fields"

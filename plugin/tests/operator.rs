@@ -546,6 +546,38 @@ mod keep {
         assert!(node.conf.join("00-cni-guard.conflist.cilium_bak").exists());
     }
 
+    /// Cilium's cni.exclusive in the conf dir renames the guard's file to *.cilium_bak on every
+    /// change it sees; keep restores it each time. Not silently: keep says it is a fight, names
+    /// the renamed copy and the likely cause, once per 10 s however many rounds.
+    #[test]
+    fn says_so_when_another_writer_keeps_renaming_the_conflist_away() {
+        let node = Node::new();
+        let keeper = Keeper::start(&node);
+        let path = node.conflist();
+        keeper.wait_log("keeping ", 1);
+        let bak = node.conf.join("00-cni-guard.conflist.cilium_bak");
+        for round in 1..=5 {
+            let start = Instant::now();
+            while !path.exists() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "round {round}: not restored"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            fs::rename(&path, &bak).unwrap();
+        }
+        keeper.wait_log("restored", 5);
+        keeper.wait_log("keeps being renamed away", 1);
+        let (status, log) = keeper.terminate();
+        assert!(status.success(), "{log}");
+        assert_eq!(log.matches("keeps being renamed away").count(), 1, "{log}");
+        assert!(
+            log.contains("00-cni-guard.conflist.cilium_bak") && log.contains("cni.exclusive"),
+            "{log}"
+        );
+    }
+
     #[test]
     fn warns_about_a_config_that_sorts_before_the_guard() {
         let node = Node::new();

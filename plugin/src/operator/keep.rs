@@ -101,6 +101,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         .map_err(|e| Error::new(Kind::Io, format!("watching {}: {e}", keeper.dir.display())))?;
 
     let mut pending = !keeper.ensure("wrote");
+    let mut fight = RenameFight::default();
     let readiness = Readiness {
         config: keeper.path.clone(),
         host_root: host_root.clone(),
@@ -173,6 +174,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         }
         if recheck {
             pending = !keeper.ensure("restored");
+            fight.after_restore(&keeper);
         }
         if other_configs {
             keeper.warn_about_earlier_configs(&mut warned);
@@ -321,7 +323,65 @@ struct Keeper {
     content: Vec<u8>,
 }
 
+/// A fight of renames: another writer keeps renaming our file away (Cilium's `cni.exclusive`
+/// renames every other config in its confPath to `*.cilium_bak`, at start and on every change
+/// it sees), keep keeps restoring it, and in between containerd may see no guard. Not silent: a
+/// warning naming the renamed copies and the count, at most every [`FIGHT_WARN_EVERY`].
+#[derive(Default)]
+struct RenameFight {
+    restores: u64,
+    warned: Option<std::time::Instant>,
+}
+
+/// How often a rename fight is reported while it lasts.
+const FIGHT_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl RenameFight {
+    /// After a restore: counts it when a renamed copy of our file sits beside it, and warns.
+    fn after_restore(&mut self, keeper: &Keeper) {
+        let copies = keeper.renamed_copies();
+        if copies.is_empty() {
+            return;
+        }
+        self.restores += 1;
+        let now = std::time::Instant::now();
+        if self
+            .warned
+            .is_some_and(|t| now.duration_since(t) < FIGHT_WARN_EVERY)
+        {
+            return;
+        }
+        log(&format!(
+            "warning: {} keeps being renamed away (beside it: {}); {} restores since the last warning: \
+             another writer is fighting keep over it, and while it is gone containerd may build \
+             sandboxes without the guard. Cilium's cni.exclusive renames every config in its \
+             confPath to *.cilium_bak: set cni.exclusive=false or move Cilium's confPath out of {}",
+            keeper.path.display(),
+            copies.join(", "),
+            self.restores,
+            keeper.dir.display()
+        ));
+        self.restores = 0;
+        self.warned = Some(now);
+    }
+}
+
 impl Keeper {
+    /// Renamed copies of our file beside it (`00-cni-guard.conflist.cilium_bak`): what a
+    /// renaming writer leaves. keep's own temp files start with a dot and are not among them.
+    fn renamed_copies(&self) -> Vec<String> {
+        let prefix = format!("{}.", self.name);
+        let mut copies: Vec<String> = fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        copies.sort();
+        copies
+    }
+
     /// Makes the file hold exactly our content; logs what it did (`verb`: "wrote" at start,
     /// "restored" after an event). `false` when writing failed (logged; the caller retries).
     fn ensure(&self, verb: &str) -> bool {

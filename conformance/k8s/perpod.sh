@@ -116,8 +116,10 @@ refusal() { # NAME NAMESPACE: the first FailedCreatePodSandBox message of the po
   local uid msg=
   uid=$("$K" -n "$2" get pod "$1" -o jsonpath='{.metadata.uid}')
   for _ in $(seq 60); do
+    # (range, not items[0]: jsonpath fails on an index into an empty list, before the first event)
     msg=$("$K" -n "$2" get events --field-selector "involvedObject.uid=$uid,reason=FailedCreatePodSandBox" \
-      -o jsonpath='{.items[0].message}') || fail "cannot read the events of $1"
+      -o jsonpath='{range .items[*]}{.message}{"\n"}{end}') || fail "cannot read the events of $1"
+    msg=$(head -n 1 <<<"$msg")
     [ -n "$msg" ] && break
     sleep 1
   done

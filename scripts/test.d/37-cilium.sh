@@ -51,12 +51,16 @@ CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 NODE=$CLUSTER_DIR/node
 export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 export CLUSTER_PRIMARY=cilium
+# The agent restarts here are about the refusal itself (within 15 s, naming the agent's socket):
+# the guard refuses at once (--wait-seconds=0), as in 35-kubernetes.sh's refusal scenarios; the
+# manifest's wait (60) would hold the pod's ADD until the agent is back instead.
+export CLUSTER_GUARD_WAIT=0
 K=$KUBERNETES_BIN/kubectl
 SOCK=$NODE/run/cilium/cilium.sock
 cargo build --release --locked -p cni-guard
 
 # One node per machine: the same lock as 35-kubernetes.sh.
-exec 9>/run/lock/cni-guard-k8s-test.lock
+exec 9>/run/lock/cni-guard-node.lock
 flock -w 1800 9 || skip "another run of a node test held the lock for 30 min"
 
 finish() {

@@ -150,7 +150,8 @@ ok "Multus is off the node; 00-multus.conf is gone"
 # 1. Plain pods start at once on the primary.
 for ((i = 1; i <= PLAIN; i++)); do pod "plain-$i" default; done
 pod networked default "k8s.v1.cni.cncf.io/networks=macvlan-net1"
-pod own-default default "v1.multus-cni.io/default-network=macvlan-net1"
+# Multus resolves a default-network NAD without a namespace in its own (kube-system).
+pod own-default default "v1.multus-cni.io/default-network=default/macvlan-net1"
 started=0
 for ((i = 1; i <= PLAIN; i++)); do
   if wait_ready "plain-$i" default 60; then

@@ -219,21 +219,25 @@ guard_from=$(guard_size)
 t_run=$SECONDS
 
 # --- the churn -----------------------------------------------------------------------------------
-"$K" apply -f - >/dev/null <<EOF
+deployment() { # NAME REPLICAS [NETWORKS]: a Deployment of sleepers labelled app=NAME, asking
+  # Multus for NETWORKS when given
+  local ann=
+  [ -z "${3:-}" ] || ann="
+      annotations:
+        k8s.v1.cni.cncf.io/networks: $3"
+  "$K" apply -f - >/dev/null <<EOF
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: churn
+  name: $1
   namespace: default
 spec:
-  replicas: $PODS_LOW
+  replicas: $2
   selector:
-    matchLabels: {app: churn}
+    matchLabels: {app: $1}
   template:
     metadata:
-      labels: {app: churn}
-      annotations:
-        k8s.v1.cni.cncf.io/networks: macvlan-net1
+      labels: {app: $1}$ann
     spec:
       terminationGracePeriodSeconds: 1
       containers:
@@ -242,32 +246,14 @@ spec:
           imagePullPolicy: Never
           command: ["/bin/sleep", "3600"]
 EOF
+}
+deployment churn "$PODS_LOW" macvlan-net1
 "$K" rollout status deployment/churn --timeout=120s >/dev/null || fail "the Deployment did not come up before the churn"
 PLAIN_START=3
 if [ -n "$PERPOD" ]; then
   # Pods that ask for no Multus network: with per-pod awareness they start on the primary even
   # in a window. Only ever scaled up, so every one of them is still there to be measured.
-  "$K" apply -f - >/dev/null <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: churn-plain
-  namespace: default
-spec:
-  replicas: $PLAIN_START
-  selector:
-    matchLabels: {app: churn-plain}
-  template:
-    metadata:
-      labels: {app: churn-plain}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: main
-          image: localhost/cni-guard-test/busybox:1
-          imagePullPolicy: Never
-          command: ["/bin/sleep", "3600"]
-EOF
+  deployment churn-plain "$PLAIN_START"
   "$K" rollout status deployment/churn-plain --timeout=120s >/dev/null || fail "the plain Deployment did not come up before the churn"
 fi
 

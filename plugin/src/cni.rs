@@ -425,7 +425,9 @@ fn run_add(
 }
 
 /// DEL: never refused for a missing delegate. Tears down with the configuration recorded at
-/// ADD; without a record, with the current delegate when ADD would run it now; else nothing.
+/// ADD (first waiting up to `waitSeconds` for the delegate it fronts to be ready again, see
+/// [`await_recorded_delegate`]); without a record, with the current delegate when ADD would run
+/// it now; else nothing.
 /// Fails (11), tearing nothing down, when another process holds the attachment past
 /// `lockWaitSeconds` or a plugin the record names has no binary in CNI_PATH: the runtime
 /// retries.
@@ -448,7 +450,10 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         (_, Some(per_pod)) => record_less_primary(req, cfg, per_pod, ctx),
     };
     let (list, decision) = match teardown {
-        Teardown::Recorded(list) => (list, "deleted-recorded"),
+        Teardown::Recorded(list) => {
+            await_recorded_delegate(req, cfg, &list, ctx);
+            (list, "deleted-recorded")
+        }
         Teardown::Current(list) => (list, "deleted-current"),
         Teardown::Nothing => match primary {
             Some((list, primary_cfg)) => {
@@ -488,6 +493,36 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
         }
     }
     Ok(Done::Empty(decision))
+}
+
+/// A recorded DEL of the delegate the guard fronts (its record names the current delegate file)
+/// while that delegate is not ready waits for it, as ADD does, up to `waitSeconds`: a delegate
+/// that is a client of a daemon may report success for a DEL it could not deliver (multus-shim
+/// returns success when its daemon's socket is not there), so replaying it at once while Multus
+/// restarts or the node boots would drop the record of an attachment nobody tore down (its IPs
+/// leaked). After the wait the DEL runs anyway (DEL is never refused), with a warning. A record
+/// of another file (per-pod awareness's primary, a delegate since replaced) runs at once.
+fn await_recorded_delegate(req: &Request, cfg: &GuardConfig, list: &NetworkConfig, ctx: &mut Ctx) {
+    if list.path != cfg.delegate {
+        return;
+    }
+    let started = Instant::now();
+    let report = wait::until_ready(cfg, &req.cni_path);
+    let waited = started.elapsed();
+    if waited >= WAITED_NOTED {
+        ctx.notes
+            .push(("waited", format!("{:.1}ms", waited.as_secs_f64() * 1e3)));
+    }
+    if let Some(why) = report.error() {
+        ctx.notes.push(("delegate", "not-ready".to_owned()));
+        ctx.warnings.push(format!(
+            "DEL of {}/{}: the delegate is still not ready after the wait ({}): its recorded DEL \
+             runs anyway, and a delegate that needs its daemon may tear nothing down",
+            req.container_id,
+            req.ifname,
+            why.msg()
+        ));
+    }
 }
 
 /// The primary for a record-less DEL, with the configuration to run it on (no prevResult: the

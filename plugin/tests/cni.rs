@@ -696,6 +696,75 @@ mod add {
 mod del {
     use super::harness::*;
     use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    /// multus-shim answers a DEL with success even when its daemon is not there to run it: a
+    /// recorded DEL of the delegate the guard fronts waits for that delegate to be back (up to
+    /// waitSeconds), then replays what was recorded.
+    #[test]
+    fn a_recorded_del_waits_for_the_delegate_to_come_back() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({"waitSeconds": 20}));
+        fx.run("ADD", &conf).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        let dst = fx.delegate_path();
+        let back = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let now = Instant::now();
+            // Multus back, with a file of its own: the DEL still replays the record.
+            std::fs::write(
+                &dst,
+                r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim","socketDir":"/new"}"#,
+            )
+            .unwrap();
+            now
+        });
+        let start = Instant::now();
+        let r = fx.run("DEL", &conf);
+        let (took, done_at) = (start.elapsed(), Instant::now());
+        let back_at = back.join().unwrap();
+        r.ok();
+        assert!(
+            took >= Duration::from_millis(400),
+            "the DEL did not wait: {took:?}"
+        );
+        assert!(
+            done_at >= back_at,
+            "the DEL ended before the delegate was back"
+        );
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+        let sent = fx.received("multus-shim", "DEL");
+        assert!(
+            sent.get("socketDir").is_none(),
+            "not the recorded delegate: {sent}"
+        );
+        assert!(fx.cache_files().is_empty());
+    }
+
+    /// Never refused: a delegate still away after the wait gets its recorded DEL all the same.
+    #[test]
+    fn a_recorded_del_runs_after_the_wait_if_the_delegate_stays_away() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        fx.run("ADD", &fx.guard("1.0.0", json!({}))).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        let start = Instant::now();
+        let r = fx.run("DEL", &fx.guard("1.0.0", json!({"waitSeconds": 0.5})));
+        r.ok();
+        assert!(start.elapsed() >= Duration::from_millis(500));
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+        assert!(
+            r.stderr.contains("still not ready after the wait"),
+            "{}",
+            r.stderr
+        );
+        assert!(fx.cache_files().is_empty());
+    }
 
     #[test]
     fn tears_down_with_the_recorded_delegate_after_it_is_gone() {

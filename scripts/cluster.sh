@@ -7,6 +7,10 @@
 #   scripts/cluster.sh down     stop every process it started, remove its network namespace, its
 #                               mounts, cgroups and files; safe to run at any time, any number
 #   scripts/cluster.sh status   the processes, the node and every pod
+#   scripts/cluster.sh containerd-restart   containerd stopped (SIGTERM, as its service is) and
+#                               started again, the pods left running
+#   scripts/cluster.sh reboot   the node (not its control plane) restarts: kubelet and containerd
+#                               stopped, every pod killed, /run wiped, then booted again
 #   scripts/cluster.sh cilium stop [--uninstall] | start   (CLUSTER_PRIMARY=cilium) stop the agent
 #                               (SIGTERM; --uninstall then removes its conflist, as the chart's
 #                               preStop does with cni.uninstall) or start it again, with
@@ -675,6 +679,89 @@ start_cilium() {
   say "Cilium agent up; $conf_dir/05-cilium.conflist written"
 }
 
+# --- the node's own daemons (also started again by containerd-restart and reboot) ---------------
+start_guard_syslog() {
+  start guard-syslog python3 -c "$GUARD_SYSLOG_SINK" "$GUARD_SYSLOG"
+  wait_for "the guard's syslog socket (logs/guard-syslog.log)" test -S "$GUARD_SYSLOG"
+}
+start_containerd() {
+  start containerd env PATH="$CONTAINERD2_BIN:$PATH" CNI_GUARD_SYSLOG="$GUARD_SYSLOG" \
+    "$CONTAINERD2_BIN/containerd" --config "$NODE/etc/containerd/config.toml"
+  wait_for "containerd (logs/containerd.log)" ctr version
+}
+start_kubelet() {
+  start kubelet "$KUBERNETES_BIN/kubelet" --config="$NODE/etc/kubernetes/kubelet.yaml" \
+    --kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --root-dir="$NODE/var/lib/kubelet" \
+    --cert-dir="$NODE/var/lib/kubelet/pki" --hostname-override="$NODE_NAME" \
+    --node-ip="$NODE_IP" --v=2
+}
+
+# containerd-restart: containerd stopped as its service is (SIGTERM to containerd alone:
+# systemd's KillMode=process leaves the shims and the containers running) and started again.
+# A CNI plugin containerd is running at that moment (an ADD the guard holds) is its child: what
+# becomes of it is containerd's to decide, and the scenarios look.
+containerd_restart() {
+  [ -n "$(pid_of containerd)" ] || die "containerd does not run"
+  stop containerd 15
+  start_containerd
+  say "containerd restarted"
+}
+
+# reboot: the node restarts, its control plane (another machine in production) does not. As a
+# systemd shutdown goes: kubelet and containerd stopped (SIGTERM), then every process left of
+# the node's pods and shims SIGTERMed (Multus removes 00-multus.conf at the end of its 10 s
+# grace), SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15; systemd waits up to 90 s; 0 is a
+# power cut: Multus's file stays behind with nothing serving its socket);
+# what lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, every pod
+# network namespace, the pods' bridge): /run is wiped. What is on disk stays: etc/ (the guard's
+# 00-cni-guard.conflist), var/lib (containerd's sandboxes, kubelet's pods, libcni's, Multus's
+# and the guard's caches, host-local's leases). Then the node boots: guard-syslog, containerd,
+# kubelet, in that order; the guard's and Multus's pods come back when kubelet starts them.
+reboot_node() {
+  [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = bridge ] || die "reboot: only with CLUSTER_PRIMARY=bridge"
+  [ -n "$(pid_of kubelet)" ] && [ -n "$(pid_of containerd)" ] || die "the node does not run"
+  stop kubelet 15
+  stop containerd 15
+  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15}
+  for i in TERM KILL; do
+    pids=$(node_pids)
+    # shellcheck disable=SC2086 # one pid a word
+    [ -z "$pids" ] || kill -"$i" $pids 2>/dev/null || true
+    for ((m = 0; m < grace * 10; m++)); do [ -n "$(node_pids)" ] || break; sleep 0.1; done
+    grace=5
+  done
+  [ -z "$(node_pids)" ] || die "reboot: processes of the node left: $(node_pids | tr '\n' ' ')"
+  stop guard-syslog
+  for ((i = 0; i < 5; i++)); do
+    while read -r m; do
+      [ -n "$m" ] || continue
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(mounts_below | grep -E "^$NODE/(run|var/lib/kubelet/pods)/" || true)
+  done
+  if mounts_below | grep -qE "^$NODE/(run|var/lib/kubelet/pods)/"; then
+    die "reboot: mounts left: $(mounts_below | grep -E "^$NODE/(run|var/lib/kubelet/pods)/" | tr '\n' ' ')"
+  fi
+  rm -rf "${NODE:?}"/run/*
+  mkdir -p "$NODE"/run/{containerd,multus}
+  in_node ip link del cni-guard0 2>/dev/null || true
+  say "node down: /run wiped, pods' network namespaces gone; booting"
+  start_guard_syslog
+  start_containerd
+  start_kubelet
+  restore_sysctls
+  say "node booted (kubelet started)"
+}
+
+# The processes of the node's pods and their shims: the pods' cgroups (kubelet's cgroupRoot,
+# not the daemons') and every containerd-shim serving this node's containerd.
+node_pids() {
+  {
+    find /sys/fs/cgroup/*/"$CGROUP" -path "*/$CGROUP/daemons" -prune -o -name cgroup.procs -print0 2>/dev/null |
+      xargs -0r cat 2>/dev/null || true
+    pgrep -f "containerd-shim-runc-v2 .*-address $NODE/run/containerd/containerd.sock" || true
+  } | sort -un
+}
+
 # --- up / down / status ------------------------------------------------------------------------
 need_binaries() {
   local b
@@ -802,16 +889,10 @@ up() {
   make_images
   # containerd finds its shim in PATH: its own, not Debian's 1.6 shim in /usr/bin (that one
   # fails with "start failed: io.containerd.runc.v2: type with url <id>: not found").
-  start guard-syslog python3 -c "$GUARD_SYSLOG_SINK" "$GUARD_SYSLOG"
-  wait_for "the guard's syslog socket (logs/guard-syslog.log)" test -S "$GUARD_SYSLOG"
-  start containerd env PATH="$CONTAINERD2_BIN:$PATH" CNI_GUARD_SYSLOG="$GUARD_SYSLOG" \
-    "$CONTAINERD2_BIN/containerd" --config "$NODE/etc/containerd/config.toml"
-  wait_for "containerd (logs/containerd.log)" ctr version
+  start_guard_syslog
+  start_containerd
   import_images
-  start kubelet "$KUBERNETES_BIN/kubelet" --config="$NODE/etc/kubernetes/kubelet.yaml" \
-    --kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --root-dir="$NODE/var/lib/kubelet" \
-    --cert-dir="$NODE/var/lib/kubelet/pki" --hostname-override="$NODE_NAME" \
-    --node-ip="$NODE_IP" --v=2
+  start_kubelet
   wait_for "node $NODE_NAME to register (logs/kubelet.log)" kubectl get node "$NODE_NAME"
   restore_sysctls
   if [ "$PRIMARY" = cilium ]; then start_cilium; fi
@@ -932,11 +1013,13 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | status | cilium) [ "$(id -u)" = 0 ] || die "needs root" ;;
+  up | down | status | cilium | containerd-restart | reboot) [ "$(id -u)" = 0 ] || die "needs root" ;;
 esac
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  containerd-restart) containerd_restart ;;
+  reboot) reboot_node ;;
   cilium)
     [ "$(id -u)" = 0 ] || die "needs root"
     [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = cilium ] || die "the node does not run Cilium"
@@ -955,5 +1038,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
 esac

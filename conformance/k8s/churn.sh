@@ -326,6 +326,13 @@ while ((SECONDS - t_back < RECOVERY_TIMEOUT)); do
   sleep 1
 done
 classify
+# With the guard: its records and the host-local leases match the sandboxes left (leaks.py; a
+# pod deleted in a window whose DEL went nowhere would leave its net1 lease).
+if [ "$GUARD" != off ]; then
+  leaks=$(CRICTL_BIN=$CRICTL_BIN conformance/k8s/leaks.py --settle 60) ||
+    fail "layout=$LAYOUT guard=$GUARD: records or leases do not match the sandboxes left: $leaks"
+  say "$leaks"
+fi
 
 # --- the numbers ---------------------------------------------------------------------------------
 for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -4,7 +4,8 @@
 # conformance/k8s/incident.sh (Multus stopped, a pod in the window is refused by the guard, then
 # gets eth0 + net1 once Multus is back; what an operator sees is captured), daemonset.sh (the
 # guard's DaemonSet: shutdown, install, keep, uninstall overlay) and crash.sh (a SIGKILLed Multus,
-# three ways); then, without the guard in the layout before the seed's fix, the incident itself
+# three ways); recovery.sh and perpod.sh (issue 18); node-events.sh (containerd restart, reboot,
+# a long Multus outage); then, without the guard in the layout before the seed's fix, the incident itself
 # (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
 # refused naming it); then the incident under churn, four incident-summary lines (churn.sh);
 # then down, and nothing left behind (processes, network namespace, mounts, cgroups, files,
@@ -155,6 +156,18 @@ echo "$line"
 [ "$(field "$line" plain_started_during_outage)" = 3/3 ] && [ "$(num "$line" networked_bare)" = 0 ] &&
   [ "$(num "$line" leaked)" = 0 ] || { echo "35-kubernetes: FAIL: per-pod: $line" >&2; exit 1; }
 printf '%s\n' "${recovery[@]}" "$line" >"${CNI_GUARD_K8S_AVAILABILITY:-/tmp/cni-guard-availability-summary.txt}"
+
+# What else a node goes through, with the guard at the manifest's wait (issue 21): containerd
+# restarted while the guard holds an ADD, a reboot (/run wiped; the old sandboxes torn down
+# through their records while Multus is not up yet), a Multus outage past the guard's and
+# multus-shim's 60 s. Each script fails when its evidence is missing (no ADD held, no DEL that
+# waited for Multus, no refusal after the full wait) or anything is left (leaks.py).
+for scenario in containerd-restart reboot long-outage; do
+  line=$(conformance/k8s/node-events.sh "$scenario")
+  echo "$line"
+  [ "$(num "$line" bare)" = 0 ] && [ "$(num "$line" stale)" = 0 ] ||
+    { echo "35-kubernetes: FAIL: $scenario: $line" >&2; exit 1; }
+done
 
 scripts/cluster.sh down
 echo "35-kubernetes: the seed's layout with the guard passed in $((SECONDS - start))s"

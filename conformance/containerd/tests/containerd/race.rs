@@ -81,6 +81,11 @@ enum Outcome {
     Full,
     Bare,
     Refused,
+    /// containerd refused before any plugin ran: its reload read a directory listing naming a
+    /// file the flapper had deleted by the time it was opened, so its CNI stays "not
+    /// initialized" until the next event reloads it. No sandbox network, kubelet retries:
+    /// fail-closed, the runtime's own, not the guard's (the guard's log has no ADD for it).
+    NotInitialized,
 }
 
 struct Created {
@@ -147,12 +152,7 @@ fn layout(ctrd: &Containerd, guard: bool) -> Layout {
 /// also reads `plugin type="cni-guard" failed (add)`.
 fn refused_by_guard(ctrd: &Containerd, msg: &str) -> Result<(), String> {
     const SANDBOX: &str = "failed to setup network for sandbox \"";
-    let id = msg
-        .find(SANDBOX)
-        .map(|i| &msg[i + SANDBOX.len()..])
-        .and_then(|rest| rest.split('"').next())
-        .filter(|id| !id.is_empty())
-        .ok_or_else(|| format!("the error names no sandbox: {msg}"))?;
+    let id = sandbox_of(msg, SANDBOX)?;
     let container = format!("container={id} ");
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -174,6 +174,41 @@ fn refused_by_guard(ctrd: &Containerd, msg: &str) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// containerd's own refusal, `cni plugin not initialized`, with no plugin run for that
+/// sandbox: the guard's log has no ADD line naming it.
+fn not_initialized(ctrd: &Containerd, msg: &str) -> Result<(), String> {
+    const SANDBOX: &str = "failed to setup network for sandbox \"";
+    if !msg.contains("cni plugin not initialized") {
+        return Err(format!(
+            "not containerd's `cni plugin not initialized`: {msg}"
+        ));
+    }
+    let id = sandbox_of(msg, SANDBOX)?;
+    let container = format!("container={id} ");
+    // A datagram of a guard that did run may still be in flight.
+    std::thread::sleep(Duration::from_millis(200));
+    let ran: Vec<String> = ctrd
+        .guard_log()
+        .into_iter()
+        .filter(|l| l.starts_with("verb=ADD") && l.contains(&container))
+        .collect();
+    if ran.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`cni plugin not initialized`, yet the guard ran an ADD for {id}: {ran:?}"
+        ))
+    }
+}
+
+fn sandbox_of<'a>(msg: &'a str, prefix: &str) -> Result<&'a str, String> {
+    msg.find(prefix)
+        .map(|i| &msg[i + prefix.len()..])
+        .and_then(|rest| rest.split('"').next())
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("the error names no sandbox: {msg}"))
 }
 
 fn create(ctrd: &Containerd, name: String, attempt: u32) -> Created {
@@ -199,13 +234,19 @@ fn create(ctrd: &Containerd, name: String, attempt: u32) -> Created {
             }
         }
         Err(e) => {
-            if let Err(why) = refused_by_guard(ctrd, &e.message) {
-                panic!("{name}: RunPodSandbox failed, but not by the guard's refusal: {why}");
-            }
+            let outcome = match refused_by_guard(ctrd, &e.message) {
+                Ok(()) => Outcome::Refused,
+                Err(why) => match not_initialized(ctrd, &e.message) {
+                    Ok(()) => Outcome::NotInitialized,
+                    Err(also) => panic!(
+                        "{name}: RunPodSandbox failed, but not by the guard's refusal: {why}; nor by containerd's own: {also}"
+                    ),
+                },
+            };
             Created {
                 name,
                 id: None,
-                outcome: Outcome::Refused,
+                outcome,
             }
         }
     }
@@ -263,6 +304,7 @@ struct RaceRun {
     sandboxes: usize,
     full: usize,
     refused: usize,
+    not_initialized: usize,
     bare: usize,
     leaks: Leaks,
 }
@@ -288,20 +330,22 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
     let created = create_all(&ctrd, names, 0);
     let flaps = flapper.stop();
     let count = |o: Outcome| created.iter().filter(|c| c.outcome == o).count();
-    let (full, bare, refused) = (
+    let (full, bare, refused, not_initialized) = (
         count(Outcome::Full),
         count(Outcome::Bare),
         count(Outcome::Refused),
+        count(Outcome::NotInitialized),
     );
     println!(
-        "race {runtime} guard={on}: {sandboxes} sandboxes in {:?} over {flaps} flaps: full={full} bare={bare} refused={refused}",
+        "race {runtime} guard={on}: {sandboxes} sandboxes in {:?} over {flaps} flaps: full={full} bare={bare} refused={refused} not-initialized={not_initialized}",
         started.elapsed()
     );
 
-    // 2. kubelet retries the refused ones once the file is back: every one must come up full.
+    // 2. kubelet retries the refused ones (the guard's or containerd's) once the file is back:
+    //    every one must come up full.
     let retry: Vec<String> = created
         .iter()
-        .filter(|c| c.outcome == Outcome::Refused)
+        .filter(|c| matches!(c.outcome, Outcome::Refused | Outcome::NotInitialized))
         .map(|c| c.name.clone())
         .collect();
     let retried = create_all(&ctrd, retry, 1);
@@ -360,6 +404,7 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
         sandboxes,
         full,
         refused,
+        not_initialized,
         bare,
         leaks,
     }
@@ -384,15 +429,16 @@ fn reboot_race_on_containerd(generation: Generation) {
         let r = race(generation, &guard, &mini_multus, on);
         let leaked = r.leaks.total();
         println!(
-            "race-summary runtime={} guard={} sandboxes={} full={} refused={} bare={} leaked={leaked}",
+            "race-summary runtime={} guard={} sandboxes={} full={} refused={} bare={} leaked={leaked} not-initialized={}",
             r.runtime,
             if on { "on" } else { "off" },
             r.sandboxes,
             r.full,
             r.refused,
-            r.bare
+            r.bare,
+            r.not_initialized
         );
-        assert_eq!(r.full + r.refused + r.bare, r.sandboxes);
+        assert_eq!(r.full + r.refused + r.bare + r.not_initialized, r.sandboxes);
         if on {
             // The window reached the guard: without a refusal this run shows nothing.
             assert!(

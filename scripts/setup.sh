@@ -18,7 +18,22 @@
 #      kubelet, kubectl), each through a small wrapper module generated in a temp dir
 #      (wrapper_mod below); Kubernetes is by far the longest build (500 s of CPU: 4.5 min on 2
 #      idle cores, 17 min on loaded ones). Then Cilium's agent and CNI plugin (CLUSTER_PRIMARY=
-#      cilium), the same way (700 s of CPU, 17 min on loaded cores).
+#      cilium), the same way (700 s of CPU, 17 min on loaded cores); Helm and promtool last
+#      (scripts/setup-helm.sh).
+#
+#   scripts/setup.sh                  # everything, in the foreground
+#   scripts/setup.sh --background     # steps 1-2 and the containerd-side builds of 3 (what the
+#                                     # cargo tests and the 20/25/30 suites need) in the
+#                                     # foreground; the node's builds (etcd, Multus, Kubernetes,
+#                                     # then Cilium, Helm, promtool) go on in the background at
+#                                     # nice 19, logged to $CNI_GUARD_GO_CACHE/setup-background.log
+#   scripts/setup.sh --wait cluster   # waits for etcd, Multus and Kubernetes (builds them here
+#                                     # when no background build is there), checks them
+#   scripts/setup.sh --wait           # the same for everything
+# scripts/test.sh runs the tests that need none of the node's builds while they are made (a cold
+# run's longest part: 20-30 min of Go builds on 2 cores). Each group of builds holds a lock
+# ($CNI_GUARD_GO_CACHE/.setup-cluster.lock, .setup-rest.lock) while it runs, so a second
+# setup.sh waits for it instead of building into the same folders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/versions.sh
@@ -34,6 +49,16 @@ PACKAGES=(
   clang-19 llvm-19 ipset                        # the Cilium agent's datapath (CLUSTER_PRIMARY=cilium)
 )
 CNITOOL=${CNITOOL:-/usr/local/bin/cnitool}
+mode=all wait_for=
+case "${1:-}" in
+  '') ;;
+  --background) mode=background ;;
+  --wait)
+    mode=wait wait_for=${2:-all}
+    case "$wait_for" in cluster | all) ;; *) echo "setup: --wait cluster|all, not $wait_for" >&2; exit 2 ;; esac
+    ;;
+  *) echo "usage: scripts/setup.sh [--background | --wait [cluster|all]]" >&2; exit 2 ;;
+esac
 SRC_PACKAGE=golang-github-appc-cni
 
 say() { echo "setup: $*"; }
@@ -67,6 +92,7 @@ fi
 
 apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
 
+base_phase() {
 # --- 1. packages -------------------------------------------------------------------------------
 mapfile -t missing < <(missing_packages)
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -95,8 +121,6 @@ if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx a
 fi
 
 # --- 2. cnitool from the source package, offline -----------------------------------------------
-scratch=
-trap 'if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
 
 debian_cnitool() {
   scratch=$(mktemp -d /tmp/cni-guard-setup.XXXXXX)
@@ -198,10 +222,15 @@ if [ -x "$CNITOOL" ]; then
 else
   debian_cnitool
 fi
+}
 
 # --- 3. current releases from the Go module proxy (pinned in scripts/versions.sh) --------------
-GO=$(cni_guard_go)
-mkdir -p "$GO_MODCACHE_DIR" "$GO_BUILDCACHE_DIR"
+GO= # go_init, once the packages are there (golang-go comes from apt)
+go_init() {
+  GO=$(cni_guard_go)
+  mkdir -p "$GO_MODCACHE_DIR" "$GO_BUILDCACHE_DIR"
+  say "Go components: $GO ($("$GO" env GOVERSION)), cache $CNI_GUARD_GO_CACHE"
+}
 
 # The environment of every Go command here. -modcacherw: the module cache stays removable with
 # rm -rf. GOTOOLCHAIN=local: never fetch another toolchain. GOPROXY and GOSUMDB are the
@@ -325,123 +354,227 @@ wrapped_component() {
   wrapper_mod "$work" "$module" "$version" "$@"
   GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
 }
+scratch= # debian_cnitool's work dir
 wrappers=()
 trap 'rm -rf "${wrappers[@]}"; if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
 
-say "Go components: $GO ($("$GO" env GOVERSION)), cache $CNI_GUARD_GO_CACHE"
-go_component "containerd $CONTAINERD2_VERSION" "$(dirname "$CONTAINERD2_BIN")" \
-  "-X $CONTAINERD2_MODULE/version.Version=$CONTAINERD2_VERSION" \
-  containerd containerd-shim-runc-v2 ctr -- \
-  "$CONTAINERD2_MODULE/cmd/containerd@$CONTAINERD2_VERSION" \
-  "$CONTAINERD2_MODULE/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION" \
-  "$CONTAINERD2_MODULE/cmd/ctr@$CONTAINERD2_VERSION"
-go_component "crictl $CRICTL_VERSION" "$(dirname "$CRICTL_BIN")" \
-  "-X $CRICTL_MODULE/pkg/version.Version=$CRICTL_VERSION" \
-  crictl -- "$CRICTL_MODULE/cmd/crictl@$CRICTL_VERSION"
-go_component "cnitool $CNI_VERSION" "$(dirname "$CNITOOL_GO_BIN")" "" \
-  cnitool -- "$CNI_MODULE/cnitool@$CNI_VERSION"
-plugin_names=() plugin_pkgs=()
-for p in "${CNI_PLUGINS_BUILT[@]}"; do
-  plugin_names+=("${p##*/}")
-  plugin_pkgs+=("$CNI_PLUGINS_MODULE/plugins/$p@$CNI_PLUGINS_VERSION")
-done
-go_component "reference plugins $CNI_PLUGINS_VERSION" "$(dirname "$CNI_PLUGINS_BIN")" \
-  "-X $CNI_PLUGINS_MODULE/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
-  "${plugin_names[@]}" -- "${plugin_pkgs[@]}"
-# etcd: its go.mod replaces its sibling modules with ../api etc., so it goes through a wrapper
-# module too; its main package is the module's root, which go names "server" (major suffix).
-wrapped_component "etcd $ETCD_VERSION" "$(dirname "$ETCD_BIN")" \
-  "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
-  "$ETCD_MODULE" "$ETCD_VERSION" etcd:server -- "$ETCD_MODULE"
-multus_ldflags=
-for kv in "version=$MULTUS_VERSION" gitTreeState=clean releaseStatus=released; do
-  multus_ldflags+=" -X $MULTUS_MODULE/pkg/multus.$kv"
-done
-
-wrapped_component "Multus $MULTUS_VERSION" "$(dirname "$MULTUS_BIN")" "$multus_ldflags" \
-  "$MULTUS_MODULE" "$MULTUS_VERSION" multus-daemon multus-shim -- \
-  "$MULTUS_MODULE/cmd/multus-daemon" "$MULTUS_MODULE/cmd/multus-shim"
-# Kubernetes: the version variables as its own build sets them (hack/lib/version.sh).
-k8s_minor=${KUBERNETES_VERSION#v1.}
-k8s_minor=${k8s_minor%%.*}
-k8s_ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  for kv in "gitVersion=$KUBERNETES_VERSION" gitMajor=1 "gitMinor=$k8s_minor" \
-            gitTreeState=clean buildDate=1970-01-01T00:00:00Z; do
-    k8s_ldflags+=" -X $pkg.$kv"
+runtime_builds() {
+  go_component "containerd $CONTAINERD2_VERSION" "$(dirname "$CONTAINERD2_BIN")" \
+    "-X $CONTAINERD2_MODULE/version.Version=$CONTAINERD2_VERSION" \
+    containerd containerd-shim-runc-v2 ctr -- \
+    "$CONTAINERD2_MODULE/cmd/containerd@$CONTAINERD2_VERSION" \
+    "$CONTAINERD2_MODULE/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION" \
+    "$CONTAINERD2_MODULE/cmd/ctr@$CONTAINERD2_VERSION"
+  go_component "crictl $CRICTL_VERSION" "$(dirname "$CRICTL_BIN")" \
+    "-X $CRICTL_MODULE/pkg/version.Version=$CRICTL_VERSION" \
+    crictl -- "$CRICTL_MODULE/cmd/crictl@$CRICTL_VERSION"
+  go_component "cnitool $CNI_VERSION" "$(dirname "$CNITOOL_GO_BIN")" "" \
+    cnitool -- "$CNI_MODULE/cnitool@$CNI_VERSION"
+  plugin_names=() plugin_pkgs=()
+  for p in "${CNI_PLUGINS_BUILT[@]}"; do
+    plugin_names+=("${p##*/}")
+    plugin_pkgs+=("$CNI_PLUGINS_MODULE/plugins/$p@$CNI_PLUGINS_VERSION")
   done
-done
-k8s_pkgs=()
-for b in "${KUBERNETES_BUILT[@]}"; do k8s_pkgs+=("$KUBERNETES_MODULE/cmd/$b"); done
-wrapped_component "Kubernetes $KUBERNETES_VERSION" "$(dirname "$KUBERNETES_BIN")" "$k8s_ldflags" \
-  "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "${KUBERNETES_BUILT[@]}" -- "${k8s_pkgs[@]}"
+  go_component "reference plugins $CNI_PLUGINS_VERSION" "$(dirname "$CNI_PLUGINS_BIN")" \
+    "-X $CNI_PLUGINS_MODULE/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
+    "${plugin_names[@]}" -- "${plugin_pkgs[@]}"
+  # What was built answers for its version (a wrong pin or a broken build fails here).
+  "$CONTAINERD2_BIN/containerd" --version | grep -qF " $CONTAINERD2_VERSION" \
+    || { say "$CONTAINERD2_BIN/containerd does not report $CONTAINERD2_VERSION" >&2; exit 1; }
+  "$CRICTL_BIN/crictl" --version | grep -qF "$CRICTL_VERSION" \
+    || { say "$CRICTL_BIN/crictl does not report $CRICTL_VERSION" >&2; exit 1; }
+  usage=$("$CNITOOL_GO_BIN/cnitool" 2>&1 </dev/null || true)
+  grep -qE '^  add +Add network interface' <<<"$usage" \
+    || { say "$CNITOOL_GO_BIN/cnitool does not print its usage: $usage" >&2; exit 1; }
+  # Without CNI_COMMAND a reference plugin prints "CNI bridge plugin vX.Y.Z" (its build version).
+  about=$("$CNI_PLUGINS_BIN/bridge" </dev/null 2>&1 || true)
+  grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
+    || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
+  echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
+    || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
+  say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
+  say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
+}
 
-# Cilium: the agent and its CNI plugin (issue 19), niced (the longest build after Kubernetes); the
-# version string as its Makefile.defs stamps it ("1.20.2 <revision>"). Then the module's bpf/ into
-# $CILIUM_LIB (the agent's --lib-dir), its CRDs into $CILIUM_LIB/crds, and clang/llc links to Debian's -19 tools next to the agent
-# (the agent runs `clang` from PATH; bookworm's default clang is 14, too old for v1.20's bpf/).
-cilium_dir=$(dirname "$CILIUM_BIN")
-GO_NICE="nice -n 10" GO_TAGS=osusergo wrapped_component "Cilium $CILIUM_VERSION" "$cilium_dir" \
-  "-s -w -X '$CILIUM_MODULE/pkg/version.ciliumVersion=${CILIUM_VERSION#v} $CILIUM_VERSION'" \
-  "$CILIUM_MODULE" "$CILIUM_VERSION" cilium-agent:daemon cilium-cni -- \
-  "$CILIUM_MODULE/daemon" "$CILIUM_MODULE/plugins/cilium-cni"
-if [ ! -f "$CILIUM_LIB/bpf/bpf_lxc.c" ] || [ ! -d "$CILIUM_LIB/crds/v2" ]; then
-  cilium_src=$(go_env "$GO" mod download -json "$CILIUM_MODULE@$CILIUM_VERSION" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [ -f "$cilium_src/bpf/bpf_lxc.c" ] || { say "no bpf/ in $cilium_src" >&2; exit 1; }
-  rm -rf "$CILIUM_LIB.partial"
-  mkdir -p "$CILIUM_LIB.partial"
-  cp -r "$cilium_src/bpf" "$CILIUM_LIB.partial/"
-  # The CRDs the agent needs (it exits when they are missing; without the operator nobody else
-  # registers them): pkg/k8s/apis/cilium.io/client/crds/{v2,v2alpha1}/*.yaml.
-  cp -r "$cilium_src/pkg/k8s/apis/cilium.io/client/crds" "$CILIUM_LIB.partial/crds"
-  chmod -R u+w "$CILIUM_LIB.partial"
-  rm -rf "$CILIUM_LIB"
-  mv "$CILIUM_LIB.partial" "$CILIUM_LIB"
-  say "copied $CILIUM_MODULE@$CILIUM_VERSION's bpf/ and CRDs into $CILIUM_LIB"
-fi
-ln -sfn /usr/bin/clang-19 "$CILIUM_BIN/clang"
-ln -sfn /usr/bin/llc-19 "$CILIUM_BIN/llc"
+# The node's builds, part 1 (scripts/cluster.sh's bridge stand-in needs only these).
+cluster_builds() {
+  # etcd: its go.mod replaces its sibling modules with ../api etc., so it goes through a wrapper
+  # module too; its main package is the module's root, which go names "server" (major suffix).
+  wrapped_component "etcd $ETCD_VERSION" "$(dirname "$ETCD_BIN")" \
+    "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
+    "$ETCD_MODULE" "$ETCD_VERSION" etcd:server -- "$ETCD_MODULE"
+  multus_ldflags=
+  for kv in "version=$MULTUS_VERSION" gitTreeState=clean releaseStatus=released; do
+    multus_ldflags+=" -X $MULTUS_MODULE/pkg/multus.$kv"
+  done
 
-# What was built answers for its version (a wrong pin or a broken build fails here).
-"$CONTAINERD2_BIN/containerd" --version | grep -qF " $CONTAINERD2_VERSION" \
-  || { say "$CONTAINERD2_BIN/containerd does not report $CONTAINERD2_VERSION" >&2; exit 1; }
-"$CRICTL_BIN/crictl" --version | grep -qF "$CRICTL_VERSION" \
-  || { say "$CRICTL_BIN/crictl does not report $CRICTL_VERSION" >&2; exit 1; }
-usage=$("$CNITOOL_GO_BIN/cnitool" 2>&1 </dev/null || true)
-grep -qE '^  add +Add network interface' <<<"$usage" \
-  || { say "$CNITOOL_GO_BIN/cnitool does not print its usage: $usage" >&2; exit 1; }
-# Without CNI_COMMAND a reference plugin prints "CNI bridge plugin vX.Y.Z" (its build version).
-about=$("$CNI_PLUGINS_BIN/bridge" </dev/null 2>&1 || true)
-grep -qF "plugin $CNI_PLUGINS_VERSION" <<<"$about" \
-  || { say "$CNI_PLUGINS_BIN/bridge does not report $CNI_PLUGINS_VERSION: $about" >&2; exit 1; }
-echo '{"cniVersion":"1.1.0"}' | CNI_COMMAND=VERSION "$CNI_PLUGINS_BIN/bridge" | grep -qF '"1.1.0"' \
-  || { say "$CNI_PLUGINS_BIN/bridge VERSION does not list 1.1.0" >&2; exit 1; }
-for b in "${KUBERNETES_BUILT[@]}"; do
-  [ "$b" = kubectl ] && v=$("$KUBERNETES_BIN/$b" version --client 2>&1) || v=$("$KUBERNETES_BIN/$b" --version 2>&1)
-  grep -qF "$KUBERNETES_VERSION" <<<"$v" \
-    || { say "$KUBERNETES_BIN/$b does not report $KUBERNETES_VERSION: $v" >&2; exit 1; }
-done
-v=$("$ETCD_BIN/etcd" --version 2>&1)
-grep -qF "etcd Version: ${ETCD_VERSION#v}" <<<"$v" \
-  || { say "$ETCD_BIN/etcd does not report $ETCD_VERSION: $v" >&2; exit 1; }
-for b in multus-daemon multus-shim; do
-  v=$("$MULTUS_BIN/$b" -version 2>&1 || true)
-  grep -qF "version:$MULTUS_VERSION" <<<"$v" \
-    || { say "$MULTUS_BIN/$b does not report $MULTUS_VERSION: $v" >&2; exit 1; }
-done
-v=$("$CILIUM_BIN/cilium-agent" --version 2>&1 || true)
-grep -qF "${CILIUM_VERSION#v}" <<<"$v" \
-  || { say "$CILIUM_BIN/cilium-agent does not report $CILIUM_VERSION: $v" >&2; exit 1; }
-v=$(echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION "$CILIUM_BIN/cilium-cni" 2>&1 || true)
-grep -qF '"1.0.0"' <<<"$v" \
-  || { say "$CILIUM_BIN/cilium-cni VERSION does not list 1.0.0: $v" >&2; exit 1; }
-"$CILIUM_BIN/clang" --version | grep -qE 'clang version (19|[2-9][0-9])\.' \
-  || { say "$CILIUM_BIN/clang is not clang >= 19" >&2; exit 1; }
-say "$("$CONTAINERD2_BIN/containerd" --version); $("$CRICTL_BIN/crictl" --version); $(head -n1 <<<"$about")"
-say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION; Cilium $CILIUM_VERSION"
-say "runc for containerd $CONTAINERD2_VERSION: Debian's $($DEBIAN_RUNC --version | head -n1)"
-say "Go cache $CNI_GUARD_GO_CACHE: $(du -sh "$CNI_GUARD_GO_CACHE" | cut -f1)"
+  wrapped_component "Multus $MULTUS_VERSION" "$(dirname "$MULTUS_BIN")" "$multus_ldflags" \
+    "$MULTUS_MODULE" "$MULTUS_VERSION" multus-daemon multus-shim -- \
+    "$MULTUS_MODULE/cmd/multus-daemon" "$MULTUS_MODULE/cmd/multus-shim"
+  # Kubernetes: the version variables as its own build sets them (hack/lib/version.sh).
+  k8s_minor=${KUBERNETES_VERSION#v1.}
+  k8s_minor=${k8s_minor%%.*}
+  k8s_ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    for kv in "gitVersion=$KUBERNETES_VERSION" gitMajor=1 "gitMinor=$k8s_minor" \
+              gitTreeState=clean buildDate=1970-01-01T00:00:00Z; do
+      k8s_ldflags+=" -X $pkg.$kv"
+    done
+  done
+  k8s_pkgs=()
+  for b in "${KUBERNETES_BUILT[@]}"; do k8s_pkgs+=("$KUBERNETES_MODULE/cmd/$b"); done
+  wrapped_component "Kubernetes $KUBERNETES_VERSION" "$(dirname "$KUBERNETES_BIN")" "$k8s_ldflags" \
+    "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "${KUBERNETES_BUILT[@]}" -- "${k8s_pkgs[@]}"
 
-# --- Helm and promtool (the chart's and the metrics' tests), pinned and cached the same way ---
-bash scripts/setup-helm.sh
+  # What was built answers for its version.
+  for b in "${KUBERNETES_BUILT[@]}"; do
+    [ "$b" = kubectl ] && v=$("$KUBERNETES_BIN/$b" version --client 2>&1) || v=$("$KUBERNETES_BIN/$b" --version 2>&1)
+    grep -qF "$KUBERNETES_VERSION" <<<"$v" \
+      || { say "$KUBERNETES_BIN/$b does not report $KUBERNETES_VERSION: $v" >&2; exit 1; }
+  done
+  v=$("$ETCD_BIN/etcd" --version 2>&1)
+  grep -qF "etcd Version: ${ETCD_VERSION#v}" <<<"$v" \
+    || { say "$ETCD_BIN/etcd does not report $ETCD_VERSION: $v" >&2; exit 1; }
+  for b in multus-daemon multus-shim; do
+    v=$("$MULTUS_BIN/$b" -version 2>&1 || true)
+    grep -qF "version:$MULTUS_VERSION" <<<"$v" \
+      || { say "$MULTUS_BIN/$b does not report $MULTUS_VERSION: $v" >&2; exit 1; }
+  done
+  say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
+}
+
+# Part 2: Cilium (37-cilium.sh), then Helm and promtool (45-helm.sh, 47-metrics.sh).
+rest_builds() {
+  # Cilium: the agent and its CNI plugin (issue 19), niced (the longest build after Kubernetes); the
+  # version string as its Makefile.defs stamps it ("1.20.2 <revision>"). Then the module's bpf/ into
+  # $CILIUM_LIB (the agent's --lib-dir), its CRDs into $CILIUM_LIB/crds, and clang/llc links to Debian's -19 tools next to the agent
+  # (the agent runs `clang` from PATH; bookworm's default clang is 14, too old for v1.20's bpf/).
+  cilium_dir=$(dirname "$CILIUM_BIN")
+  GO_NICE="nice -n 10" GO_TAGS=osusergo wrapped_component "Cilium $CILIUM_VERSION" "$cilium_dir" \
+    "-s -w -X '$CILIUM_MODULE/pkg/version.ciliumVersion=${CILIUM_VERSION#v} $CILIUM_VERSION'" \
+    "$CILIUM_MODULE" "$CILIUM_VERSION" cilium-agent:daemon cilium-cni -- \
+    "$CILIUM_MODULE/daemon" "$CILIUM_MODULE/plugins/cilium-cni"
+  if [ ! -f "$CILIUM_LIB/bpf/bpf_lxc.c" ] || [ ! -d "$CILIUM_LIB/crds/v2" ]; then
+    cilium_src=$(go_env "$GO" mod download -json "$CILIUM_MODULE@$CILIUM_VERSION" |
+      sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -f "$cilium_src/bpf/bpf_lxc.c" ] || { say "no bpf/ in $cilium_src" >&2; exit 1; }
+    rm -rf "$CILIUM_LIB.partial"
+    mkdir -p "$CILIUM_LIB.partial"
+    cp -r "$cilium_src/bpf" "$CILIUM_LIB.partial/"
+    # The CRDs the agent needs (it exits when they are missing; without the operator nobody else
+    # registers them): pkg/k8s/apis/cilium.io/client/crds/{v2,v2alpha1}/*.yaml.
+    cp -r "$cilium_src/pkg/k8s/apis/cilium.io/client/crds" "$CILIUM_LIB.partial/crds"
+    chmod -R u+w "$CILIUM_LIB.partial"
+    rm -rf "$CILIUM_LIB"
+    mv "$CILIUM_LIB.partial" "$CILIUM_LIB"
+    say "copied $CILIUM_MODULE@$CILIUM_VERSION's bpf/ and CRDs into $CILIUM_LIB"
+  fi
+  ln -sfn /usr/bin/clang-19 "$CILIUM_BIN/clang"
+  ln -sfn /usr/bin/llc-19 "$CILIUM_BIN/llc"
+
+  v=$("$CILIUM_BIN/cilium-agent" --version 2>&1 || true)
+  grep -qF "${CILIUM_VERSION#v}" <<<"$v" \
+    || { say "$CILIUM_BIN/cilium-agent does not report $CILIUM_VERSION: $v" >&2; exit 1; }
+  v=$(echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION "$CILIUM_BIN/cilium-cni" 2>&1 || true)
+  grep -qF '"1.0.0"' <<<"$v" \
+    || { say "$CILIUM_BIN/cilium-cni VERSION does not list 1.0.0: $v" >&2; exit 1; }
+  "$CILIUM_BIN/clang" --version | grep -qE 'clang version (19|[2-9][0-9])\.' \
+    || { say "$CILIUM_BIN/clang is not clang >= 19" >&2; exit 1; }
+  say "Cilium $CILIUM_VERSION"
+
+  # --- Helm and promtool (the chart's and the metrics' tests), pinned and cached the same way ---
+  bash scripts/setup-helm.sh
+}
+
+# --- what runs where ---------------------------------------------------------------------------
+LOCKS=$CNI_GUARD_GO_CACHE
+BG_LOG=$CNI_GUARD_GO_CACHE/setup-background.log # the background build's output
+BG_STATUS=$CNI_GUARD_GO_CACHE/setup-background.status # cluster=RC / rest=RC, as each ends
+
+# locked GROUP FUNCTION: FUNCTION under GROUP's lock (waits for a build of it elsewhere).
+locked() {
+  mkdir -p "$LOCKS"
+  (
+    trap 'rm -rf "${wrappers[@]}"' EXIT
+    flock 9
+    "$2"
+  ) 9>"$LOCKS/.setup-$1.lock"
+}
+
+# Prints what the background build wrote since the last call.
+show_background() {
+  local shown size
+  [ -f "$BG_LOG" ] || return 0
+  shown=$(cat "$BG_LOG.shown" 2>/dev/null || echo 0)
+  size=$(stat -c %s "$BG_LOG")
+  if [ "$size" -gt "$shown" ]; then
+    tail -c +"$((shown + 1))" "$BG_LOG" | sed 's/^/  [background] /'
+  fi
+  echo "$size" >"$BG_LOG.shown"
+}
+
+# wait_group GROUP FUNCTION: waits for a background build of GROUP, prints its output, then runs
+# FUNCTION here under the lock: a no-op check when the background built it all, the build itself
+# when it failed or never started.
+wait_group() {
+  local group=$1 start=$SECONDS rc
+  if ! (flock -n 9) 9>"$LOCKS/.setup-$group.lock"; then
+    say "waiting for the background build ($group; log $BG_LOG)"
+  fi
+  (flock 9) 9>"$LOCKS/.setup-$group.lock"
+  show_background
+  rc=$(sed -n "s/^$group=//p" "$BG_STATUS" 2>/dev/null | tail -n1)
+  if [ -n "$rc" ] && [ "$rc" != 0 ]; then
+    say "the background build of $group failed (exit $rc, above): building it here"
+  fi
+  locked "$group" "$2"
+  say "$group ready after $((SECONDS - start)) s of waiting and checking"
+}
+
+start_background() {
+  mkdir -p "$LOCKS"
+  exec 8>"$LOCKS/.setup-cluster.lock" 9>"$LOCKS/.setup-rest.lock"
+  if ! flock -n 8 || ! flock -n 9; then
+    exec 8>&- 9>&-
+    say "another setup.sh is building (a lock is held): --wait waits for it"
+    return
+  fi
+  : >"$BG_LOG"
+  echo 0 >"$BG_LOG.shown"
+  : >"$BG_STATUS"
+  (
+    trap 'rm -rf "${wrappers[@]}"' EXIT
+    renice -n 19 -p "$BASHPID" >/dev/null
+    exec </dev/null >>"$BG_LOG" 2>&1
+    set +e
+    (set -e; trap 'rm -rf "${wrappers[@]}"' EXIT; cluster_builds)
+    echo "cluster=$?" >>"$BG_STATUS"
+    exec 8>&-
+    (set -e; trap 'rm -rf "${wrappers[@]}"' EXIT; rest_builds)
+    echo "rest=$?" >>"$BG_STATUS"
+    exec 9>&-
+  ) &
+  exec 8>&- 9>&-
+  say "building etcd, Multus, Kubernetes, then Cilium, Helm, promtool in the background (pid $!, nice 19, log $BG_LOG)"
+}
+
+case $mode in
+  all)
+    base_phase
+    go_init
+    runtime_builds
+    locked cluster cluster_builds
+    locked rest rest_builds
+    ;;
+  background)
+    base_phase
+    go_init
+    runtime_builds
+    start_background
+    ;;
+  wait)
+    go_init
+    wait_group cluster cluster_builds
+    if [ "$wait_for" = all ]; then wait_group rest rest_builds; fi
+    ;;
+esac

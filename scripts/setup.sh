@@ -491,14 +491,20 @@ LOCKS=$CNI_GUARD_GO_CACHE
 BG_LOG=$CNI_GUARD_GO_CACHE/setup-background.log # the background build's output
 BG_STATUS=$CNI_GUARD_GO_CACHE/setup-background.status # cluster=RC / rest=RC, as each ends
 
+# group FUNCTION: FUNCTION in a subshell of its own that stops at its first failure and removes
+# the wrapper modules it made.
+group() {
+  (
+    set -e
+    trap 'rm -rf "${wrappers[@]}"' EXIT
+    "$1"
+  )
+}
+
 # locked GROUP FUNCTION: FUNCTION under GROUP's lock (waits for a build of it elsewhere).
 locked() {
   mkdir -p "$LOCKS"
-  (
-    trap 'rm -rf "${wrappers[@]}"' EXIT
-    flock 9
-    "$2"
-  ) 9>"$LOCKS/.setup-$1.lock"
+  (flock 9; group "$2") 9>"$LOCKS/.setup-$1.lock"
 }
 
 # Prints what the background build wrote since the last call.
@@ -517,18 +523,18 @@ show_background() {
 # FUNCTION here under the lock: a no-op check when the background built it all, the build itself
 # when it failed or never started.
 wait_group() {
-  local group=$1 start=$SECONDS rc
-  if ! (flock -n 9) 9>"$LOCKS/.setup-$group.lock"; then
-    say "waiting for the background build ($group; log $BG_LOG)"
-  fi
-  (flock 9) 9>"$LOCKS/.setup-$group.lock"
-  show_background
-  rc=$(sed -n "s/^$group=//p" "$BG_STATUS" 2>/dev/null | tail -n1)
-  if [ -n "$rc" ] && [ "$rc" != 0 ]; then
-    say "the background build of $group failed (exit $rc, above): building it here"
-  fi
-  locked "$group" "$2"
-  say "$group ready after $((SECONDS - start)) s of waiting and checking"
+  local name=$1 start=$SECONDS
+  mkdir -p "$LOCKS"
+  (
+    flock -n 9 || { say "waiting for the background build ($name; log $BG_LOG)"; flock 9; }
+    show_background
+    rc=$(sed -n "s/^$name=//p" "$BG_STATUS" 2>/dev/null | tail -n1)
+    if [ -n "$rc" ] && [ "$rc" != 0 ]; then
+      say "the background build of $name failed (exit $rc, above): building it here"
+    fi
+    group "$2"
+  ) 9>"$LOCKS/.setup-$name.lock"
+  say "$name ready after $((SECONDS - start)) s of waiting and checking"
 }
 
 start_background() {
@@ -543,16 +549,14 @@ start_background() {
   echo 0 >"$BG_LOG.shown"
   : >"$BG_STATUS"
   (
-    trap 'rm -rf "${wrappers[@]}"' EXIT
     renice -n 19 -p "$BASHPID" >/dev/null
     exec </dev/null >>"$BG_LOG" 2>&1
     set +e
-    (set -e; trap 'rm -rf "${wrappers[@]}"' EXIT; cluster_builds)
+    group cluster_builds
     echo "cluster=$?" >>"$BG_STATUS"
-    exec 8>&-
-    (set -e; trap 'rm -rf "${wrappers[@]}"' EXIT; rest_builds)
+    exec 8>&- # 35-kubernetes.sh may go on
+    group rest_builds
     echo "rest=$?" >>"$BG_STATUS"
-    exec 9>&-
   ) &
   exec 8>&- 9>&-
   say "building etcd, Multus, Kubernetes, then Cilium, Helm, promtool in the background (pid $!, nice 19, log $BG_LOG)"

@@ -146,13 +146,20 @@ fn layout(ctrd: &Containerd, guard: bool) -> Layout {
     }
 }
 
-/// The guard's own word for a failed sandbox: its log line `verb=ADD container=ID ...
-/// decision=refused code=11` (the suite's syslog socket; a datagram may still be in flight, so
-/// it waits up to 2 s). Error text is not enough: a delegate's error passed through the guard
-/// also reads `plugin type="cni-guard" failed (add)`.
-fn refused_by_guard(ctrd: &Containerd, msg: &str) -> Result<(), String> {
+/// Who refused a sandbox, from the guard's own log (the suite's syslog socket; a datagram may
+/// still be in flight, so it polls up to 2 s):
+/// - the guard: its line `verb=ADD container=ID ... decision=refused code=11`. Error text is
+///   not enough: a delegate's error passed through the guard also reads
+///   `plugin type="cni-guard" failed (add)`;
+/// - containerd itself: `cni plugin not initialized`, and no ADD of the guard for that sandbox.
+fn refusal(ctrd: &Containerd, msg: &str) -> Result<Outcome, String> {
     const SANDBOX: &str = "failed to setup network for sandbox \"";
-    let id = sandbox_of(msg, SANDBOX)?;
+    let id = msg
+        .find(SANDBOX)
+        .map(|i| &msg[i + SANDBOX.len()..])
+        .and_then(|rest| rest.split('"').next())
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("the error names no sandbox: {msg}"))?;
     let container = format!("container={id} ");
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -165,50 +172,18 @@ fn refused_by_guard(ctrd: &Containerd, msg: &str) -> Result<(), String> {
             .iter()
             .any(|l| l.contains(" decision=refused code=11 "))
         {
-            return Ok(());
+            return Ok(Outcome::Refused);
         }
         if Instant::now() > deadline {
+            if lines.is_empty() && msg.contains("cni plugin not initialized") {
+                return Ok(Outcome::NotInitialized);
+            }
             return Err(format!(
-                "the guard's log has no refused ADD (code 11) for sandbox {id}; its ADD lines: {lines:?}; the error: {msg}"
+                "neither the guard's refusal (no refused ADD, code 11, for sandbox {id}; its ADD lines: {lines:?}) nor containerd's `cni plugin not initialized` with no ADD; the error: {msg}"
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// containerd's own refusal, `cni plugin not initialized`, with no plugin run for that
-/// sandbox: the guard's log has no ADD line naming it.
-fn not_initialized(ctrd: &Containerd, msg: &str) -> Result<(), String> {
-    const SANDBOX: &str = "failed to setup network for sandbox \"";
-    if !msg.contains("cni plugin not initialized") {
-        return Err(format!(
-            "not containerd's `cni plugin not initialized`: {msg}"
-        ));
-    }
-    let id = sandbox_of(msg, SANDBOX)?;
-    let container = format!("container={id} ");
-    // A datagram of a guard that did run may still be in flight.
-    std::thread::sleep(Duration::from_millis(200));
-    let ran: Vec<String> = ctrd
-        .guard_log()
-        .into_iter()
-        .filter(|l| l.starts_with("verb=ADD") && l.contains(&container))
-        .collect();
-    if ran.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`cni plugin not initialized`, yet the guard ran an ADD for {id}: {ran:?}"
-        ))
-    }
-}
-
-fn sandbox_of<'a>(msg: &'a str, prefix: &str) -> Result<&'a str, String> {
-    msg.find(prefix)
-        .map(|i| &msg[i + prefix.len()..])
-        .and_then(|rest| rest.split('"').next())
-        .filter(|id| !id.is_empty())
-        .ok_or_else(|| format!("the error names no sandbox: {msg}"))
 }
 
 fn create(ctrd: &Containerd, name: String, attempt: u32) -> Created {
@@ -234,15 +209,9 @@ fn create(ctrd: &Containerd, name: String, attempt: u32) -> Created {
             }
         }
         Err(e) => {
-            let outcome = match refused_by_guard(ctrd, &e.message) {
-                Ok(()) => Outcome::Refused,
-                Err(why) => match not_initialized(ctrd, &e.message) {
-                    Ok(()) => Outcome::NotInitialized,
-                    Err(also) => panic!(
-                        "{name}: RunPodSandbox failed, but not by the guard's refusal: {why}; nor by containerd's own: {also}"
-                    ),
-                },
-            };
+            let outcome = refusal(ctrd, &e.message).unwrap_or_else(|why| {
+                panic!("{name}: RunPodSandbox failed, but not by a refusal: {why}")
+            });
             Created {
                 name,
                 id: None,

@@ -58,6 +58,13 @@ cleanup() {
   multus_back
   "$K" delete pod -A -l cni-guard.test/perpod --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1 || true
   scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null 2>&1 || true
+  # Until the manifest's guard has rewritten its conflist (no per-pod keys, its own wait): the
+  # next script reads that file.
+  "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null 2>&1 || true
+  for _ in $(seq 300); do
+    grep -q '"perPodPrimary"' "$GUARD_CONF" 2>/dev/null || break
+    sleep 0.2
+  done
   rm -rf "$W"
 }
 trap cleanup EXIT

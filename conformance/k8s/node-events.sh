@@ -12,10 +12,12 @@
 #                       unchanged, and its DEL afterwards runs the recorded delegate.
 #   reboot              a pod runs; the node reboots (scripts/cluster.sh reboot: every process
 #                       killed, /run wiped, the pods' network namespaces gone; containerd and
-#                       kubelet up before the guard's and Multus's pods). The pod comes back on a
-#                       new sandbox with net1; the old sandbox is torn down through the delegate
-#                       the guard recorded (multus-shim, whose daemon was not up yet at first),
-#                       its record and its net1 lease gone.
+#                       kubelet up before the guard's and Multus's pods). Multus is kept off the
+#                       node until the guard's DEL of the old sandbox is seen waiting for it (a
+#                       local image starts Multus in about a second, so otherwise it is a race
+#                       whether the window reaches that DEL). The pod comes back on a new
+#                       sandbox with net1; the old sandbox is torn down through the delegate the
+#                       guard recorded (multus-shim), its record and its net1 lease gone.
 #   long-outage         Multus stays away 75 s, longer than the guard's wait and multus-shim's
 #                       60 s: a pod created then is held, refused once the wait is over (code
 #                       11, kubelet retries), and comes up with net1 when Multus is back; a pod
@@ -88,6 +90,16 @@ wait_multus() { # SECONDS
   local i
   for ((i = 0; i < $1; i++)); do multus_ready && return 0; sleep 1; done
   fail "Multus not back within $1 s"
+}
+# cni_running VERB CONTAINER: a CNI plugin of that verb for that sandbox runs now (its
+# environment: CNI_COMMAND, CNI_CONTAINERID).
+cni_running() {
+  local env
+  for env in /proc/[0-9]*/environ; do
+    env=$({ tr '\0' '\n' <"$env"; } 2>/dev/null) || continue # (gone meanwhile)
+    grep -qx "CNI_CONTAINERID=$2" <<<"$env" && grep -qx "CNI_COMMAND=$1" <<<"$env" && return 0
+  done
+  return 1
 }
 cleanup() {
   rm -f "$CRICTL_CONFIG"
@@ -193,8 +205,15 @@ case "$SCENARIO" in
     [ -s "$(record "$sb_old")" ] || fail "rb-1 (sandbox $sb_old) has no guard record"
     lease=$(net1_lease "$sb_old")
     [ -n "$lease" ] || fail "rb-1 has no net1 lease"
+    multus_away
     t0=$(now_ms)
     scripts/cluster.sh reboot
+    # kubelet tears the old sandbox down (its network namespace is gone) while Multus is away:
+    # the guard's DEL of it waits for 00-multus.conf. Then Multus comes back.
+    for _ in $(seq 120); do cni_running DEL "$sb_old" && break; sleep 0.5; done
+    cni_running DEL "$sb_old" ||
+      fail "no DEL of the old sandbox ${sb_old:0:13} waiting 60 s after the reboot: $(guard_lines "$log_from" "container=$sb_old" | tail -n 3)"
+    multus_back
     # Multus's pod comes back with kubelet, the pods that need it wait for it (the guard).
     for _ in $(seq 180); do
       ready rb-1 && [ -n "$(sandbox rb-1)" ] && [ "$(sandbox rb-1)" != "$sb_old" ] && break

@@ -106,6 +106,13 @@ matches() {
     grep -o '"multusMasterCNI": *"[^"]*"') || return 1
   local pp=0
   grep -q '"perPodPrimary"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" 2>/dev/null && pp=1
+  # The guard's wait as cluster.sh renders it now (CLUSTER_GUARD_WAIT, or the manifest's).
+  if [ "$CG" = 1 ]; then
+    local want_wait
+    want_wait=$(scripts/cluster.sh manifest guard | grep -o -- '--wait-seconds=[0-9]*' | head -n1) || return 1
+    grep -q "\"waitSeconds\": ${want_wait#--wait-seconds=}," "$NODE/etc/cni/net.d/00-cni-guard.conflist" 2>/dev/null ||
+      return 1
+  fi
   [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ] &&
     [ "$pp" = "${PERPOD:-0}" ] &&
     [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo bridge)" = "$PRIMARY" ]

@@ -1,5 +1,5 @@
 //! Network namespaces with random suffixes that delete themselves on Drop.
-use crate::{must, random_hex, run};
+use crate::{must, run};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,9 +9,9 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// `ip netns add <prefix>-<random>` with `lo` up.
+    /// `ip netns add <prefix>-p<pid>-<random>` with `lo` up (see `test_support::netns`).
     pub fn create(prefix: &str) -> Netns {
-        let name = format!("{prefix}-{}", random_hex(4));
+        let name = test_support::netns::name(prefix);
         must(Command::new("ip").args(["netns", "add", &name]));
         let ns = Netns { name };
         must(ns.ip().args(["link", "set", "lo", "up"]));

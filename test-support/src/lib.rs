@@ -1,9 +1,13 @@
 //! What the test suites share, said once: running the built `cni-guard` binary as a runtime
 //! runs it (a cleared environment, the given variables, the given stdin), whether this process
 //! is root, and the gate of suites that need root or tools: under `CI=true` a missing
-//! prerequisite fails the test; locally the test says loudly that it skipped and returns.
+//! prerequisite fails the test; locally the test says loudly that it skipped and returns. And
+//! the names of the suites' network namespaces, with the removal of those a killed run left
+//! ([`netns`]).
 //!
 //! Used by the plugin's integration tests (as a dev-dependency) and by the conformance crates.
+
+pub mod netns;
 
 use std::ffi::OsStr;
 use std::io::Write;

@@ -36,7 +36,7 @@ pub struct Netns {
 
 impl Netns {
     pub fn create(prefix: &str) -> Result<Self, String> {
-        let name = format!("{prefix}-{}", random_suffix());
+        let name = test_support::netns::name(prefix);
         run(Command::new("ip").args(["netns", "add", &name]))?;
         let ns = Self { name };
         run(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]))?;

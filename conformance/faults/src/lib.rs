@@ -114,14 +114,7 @@ pub struct Netns {
 
 impl Netns {
     pub fn new(prefix: &str) -> Netns {
-        let mut bytes = [0u8; 4];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-            .unwrap();
-        let name = format!(
-            "{prefix}-{}",
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
+        let name = test_support::netns::name(prefix);
         run_ok(Command::new("ip").args(["netns", "add", &name]));
         let ns = Netns { name };
         run_ok(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));

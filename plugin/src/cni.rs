@@ -290,7 +290,7 @@ fn version(stdin: &[u8]) -> Result<Done> {
 fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let started = Instant::now();
     let report = match &cfg.per_pod {
-        None => wait::until_ready(cfg, &req.cni_path),
+        None => wait::until_ready(cfg, &req.cni_path, cfg.wait),
         Some(per_pod) => {
             let first = readiness::check(cfg, &req.cni_path);
             // Only a delegate that is not there yet is bypassed; a misconfiguration (7) is not.
@@ -305,7 +305,7 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
                     perpod::Need::Multus(why) => {
                         ctx.notes.push(("perpod", "needs-multus".to_owned()));
                         ctx.needs_multus = Some(why);
-                        wait::until_ready(cfg, &req.cni_path)
+                        wait::until_ready(cfg, &req.cni_path, cfg.wait)
                     }
                 }
             }
@@ -425,7 +425,7 @@ fn run_add(
 }
 
 /// DEL: never refused for a missing delegate. Tears down with the configuration recorded at
-/// ADD (first waiting up to `waitSeconds` for the delegate it fronts to be ready again, see
+/// ADD (first waiting up to `delWaitSeconds` for the delegate it fronts to be ready again, see
 /// [`await_recorded_delegate`]); without a record, with the current delegate when ADD would run
 /// it now; else nothing.
 /// Fails (11), tearing nothing down, when another process holds the attachment past
@@ -496,7 +496,9 @@ fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 }
 
 /// A recorded DEL of the delegate the guard fronts (its record names the current delegate file)
-/// while that delegate is not ready waits for it, as ADD does, up to `waitSeconds`: a delegate
+/// while that delegate is not ready waits for it, as ADD does, up to `delWaitSeconds` (by default
+/// `waitSeconds`; `install` writes 60 whatever ADD's wait, so that a guard that refuses ADD at
+/// once still tears down through Multus rather than past it): a delegate
 /// that is a client of a daemon may report success for a DEL it could not deliver (multus-shim
 /// returns success when its daemon's socket is not there), so replaying it at once while Multus
 /// restarts or the node boots would drop the record of an attachment nobody tore down (its IPs
@@ -507,7 +509,7 @@ fn await_recorded_delegate(req: &Request, cfg: &GuardConfig, list: &NetworkConfi
         return;
     }
     let started = Instant::now();
-    let report = wait::until_ready(cfg, &req.cni_path);
+    let report = wait::until_ready(cfg, &req.cni_path, cfg.del_wait);
     let waited = started.elapsed();
     if waited >= WAITED_NOTED {
         ctx.notes

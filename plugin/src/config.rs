@@ -72,6 +72,14 @@ pub const WAIT: Seconds = Seconds {
     zero: true,
     max: MAX_WAIT_SECONDS,
 };
+/// `delWaitSeconds`: how long a DEL replaying the recorded delegate it fronts waits for that
+/// delegate to be ready again. Absent or null: `waitSeconds`'s value (`default` is not used).
+pub const DEL_WAIT: Seconds = Seconds {
+    key: "delWaitSeconds",
+    default: 0.0,
+    zero: true,
+    max: MAX_WAIT_SECONDS,
+};
 /// `delegateTimeoutSeconds`: the bound on one delegate plugin run as the guard's child.
 pub const DELEGATE_TIMEOUT: Seconds = Seconds {
     key: "delegateTimeoutSeconds",
@@ -161,6 +169,9 @@ pub struct Entry {
     pub sockets: Field<Vec<Value>>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub wait_seconds: Field<Number>,
+    /// DEL's own wait for the delegate it fronts (absent: `waitSeconds`).
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    pub del_wait_seconds: Field<Number>,
     #[serde(skip_serializing_if = "Field::is_absent")]
     pub delegate_timeout_seconds: Field<Number>,
     #[serde(skip_serializing_if = "Field::is_absent")]
@@ -361,6 +372,10 @@ impl Entry {
             Err(_) => return Err(invalid("sockets", "sockets is not a list of paths")),
         };
         let wait = WAIT.read(self.wait_seconds)?;
+        let del_wait = match self.del_wait_seconds {
+            Field::Absent | Field::Null => wait,
+            given => DEL_WAIT.read(given)?,
+        };
         let delegate_timeout = DELEGATE_TIMEOUT.read(self.delegate_timeout_seconds)?;
         let lock_wait = LOCK_WAIT.read(self.lock_wait_seconds)?;
         let status_timeout = STATUS_TIMEOUT.read(self.status_timeout_seconds)?;
@@ -419,6 +434,7 @@ impl Entry {
             attachments,
             sockets,
             wait,
+            del_wait,
             delegate_timeout,
             lock_wait,
             status_timeout,
@@ -447,7 +463,10 @@ pub struct GuardConfig {
     pub attachments: Vec<PathBuf>,
     /// Unix sockets that must accept connections (a daemon the delegate needs, such as Multus's).
     pub sockets: Vec<PathBuf>,
+    /// How long ADD waits for missing preconditions.
     pub wait: Duration,
+    /// How long a DEL replaying the recorded delegate it fronts waits for that delegate.
+    pub del_wait: Duration,
     /// How long one delegate plugin run as a child may take before it is killed.
     pub delegate_timeout: Duration,
     /// How long to wait for another guard process holding the same attachment.
@@ -749,9 +768,38 @@ mod tests {
         assert_eq!(c.delegate, PathBuf::from("/etc/cni/net.d/00-multus.conf"));
         assert!(c.attachments.is_empty());
         assert_eq!(c.wait, Duration::ZERO);
+        assert_eq!(c.del_wait, Duration::ZERO);
         assert_eq!(c.cache_dir, PathBuf::from(DEFAULT_CACHE_DIR));
         assert!(c.prev_result.is_none());
         assert_eq!(c.delegate_writer, None);
+    }
+
+    /// DEL's wait is `waitSeconds`'s unless `delWaitSeconds` gives its own, in either direction.
+    #[test]
+    fn del_wait_follows_wait_unless_given() {
+        let with = |keys: Value| {
+            let mut v = base();
+            v.as_object_mut()
+                .unwrap()
+                .extend(keys.as_object().unwrap().clone());
+            let c = parse(v).unwrap();
+            (c.wait, c.del_wait)
+        };
+        let s = Duration::from_secs;
+        assert_eq!(with(json!({"waitSeconds": 7})), (s(7), s(7)));
+        assert_eq!(
+            with(json!({"waitSeconds": 7, "delWaitSeconds": null})),
+            (s(7), s(7))
+        );
+        assert_eq!(
+            with(json!({"waitSeconds": 0, "delWaitSeconds": 60})),
+            (s(0), s(60))
+        );
+        assert_eq!(
+            with(json!({"waitSeconds": 60, "delWaitSeconds": 0})),
+            (s(60), s(0))
+        );
+        assert_eq!(with(json!({"delWaitSeconds": 600})), (s(0), s(600)));
     }
 
     #[test]
@@ -811,6 +859,8 @@ mod tests {
             ("waitSeconds", json!(-1), 7),
             ("waitSeconds", json!("5"), 7),
             ("waitSeconds", json!(1e9), 7),
+            ("delWaitSeconds", json!(-1), 7),
+            ("delWaitSeconds", json!("60"), 7),
             ("delegateTimeoutSeconds", json!(0), 7),
             ("delegateTimeoutSeconds", json!("9"), 7),
             ("lockWaitSeconds", json!(-1), 7),
@@ -861,6 +911,8 @@ mod tests {
             ("waitSeconds", json!("5"), 7, "waitSeconds is not a number"),
             ("waitSeconds", json!(1e9), 7, "waitSeconds 1000000000.0 is outside 0..600"),
             ("waitSeconds", json!(-1), 7, "waitSeconds -1 is outside 0..600"),
+            ("delWaitSeconds", json!(601), 7, "delWaitSeconds 601 is outside 0..600"),
+            ("delWaitSeconds", json!("60"), 7, "delWaitSeconds is not a number"),
             ("delegateTimeoutSeconds", json!(0), 7, "delegateTimeoutSeconds 0 is outside (0, 600]"),
             ("delegateTimeoutSeconds", json!(true), 7, "delegateTimeoutSeconds is not a number"),
             ("lockWaitSeconds", json!(600.5), 7, "lockWaitSeconds 600.5 is outside 0..600"),
@@ -932,6 +984,7 @@ mod tests {
         assert_eq!(c.lock_wait, Duration::ZERO);
         for (bounds, max) in [
             (&WAIT, MAX_WAIT_SECONDS),
+            (&DEL_WAIT, MAX_WAIT_SECONDS),
             (&DELEGATE_TIMEOUT, MAX_DELEGATE_TIMEOUT_SECONDS),
             (&LOCK_WAIT, MAX_LOCK_WAIT_SECONDS),
         ] {

@@ -18,13 +18,14 @@ const FALLBACK_STEP: Duration = Duration::from_millis(50);
 const SOCKET_POLL_FIRST: Duration = Duration::from_millis(10);
 const SOCKET_POLL_MAX: Duration = Duration::from_millis(200);
 
-/// Checks readiness, waiting up to `cfg.wait` for it. Returns the last report.
-pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
+/// Checks readiness, waiting up to `wait` for it (ADD's `cfg.wait`, DEL's `cfg.del_wait`).
+/// Returns the last report.
+pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf], wait: Duration) -> Report {
     let report = readiness::check(cfg, cni_path);
-    if done(&report) || cfg.wait.is_zero() {
+    if done(&report) || wait.is_zero() {
         return report;
     }
-    let deadline = Instant::now() + cfg.wait;
+    let deadline = Instant::now() + wait;
     let mut report = report;
     // One instance for the whole wait: adding a watch again is harmless, and every instance
     // dropped would cost a close.
@@ -110,7 +111,7 @@ mod tests {
     fn gives_up_at_the_deadline() {
         let (_d, cfg, path) = setup(0.2);
         let start = Instant::now();
-        let r = until_ready(&cfg, &path);
+        let r = until_ready(&cfg, &path, cfg.wait);
         assert!(!r.ready());
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(200), "{took:?}");
@@ -140,7 +141,7 @@ mod tests {
             })
         };
         let start = Instant::now();
-        let r = until_ready(&cfg, &path);
+        let r = until_ready(&cfg, &path, cfg.wait);
         let took = start.elapsed();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let events = churn.join().unwrap();
@@ -168,7 +169,7 @@ mod tests {
             .unwrap();
             std::fs::rename(root.join("net.d/.tmp"), root.join("net.d/00-d.conf")).unwrap();
         });
-        let r = until_ready(&cfg, &path);
+        let r = until_ready(&cfg, &path, cfg.wait);
         writer.join().unwrap();
         assert!(r.ready(), "{:?}", r.items);
     }

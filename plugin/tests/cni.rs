@@ -766,6 +766,62 @@ mod del {
         assert!(fx.cache_files().is_empty());
     }
 
+    /// DEL's wait is its own: a guard that refuses ADD at once (waitSeconds 0) still waits, on
+    /// DEL, for the delegate it fronts, up to delWaitSeconds.
+    #[test]
+    fn a_recorded_del_waits_del_wait_seconds_whatever_add_waits() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({"waitSeconds": 0, "delWaitSeconds": 20}));
+        fx.run("ADD", &conf).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        // ADD's wait is 0: another sandbox is refused at once.
+        fx.run_env("ADD", &conf, &[("CNI_CONTAINERID", Some("ctr2"))])
+            .error(11);
+        let dst = fx.delegate_path();
+        let back = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let now = Instant::now();
+            std::fs::write(
+                &dst,
+                r#"{"cniVersion":"1.0.0","name":"m","type":"multus-shim"}"#,
+            )
+            .unwrap();
+            now
+        });
+        let r = fx.run("DEL", &conf);
+        let done_at = Instant::now();
+        let back_at = back.join().unwrap();
+        r.ok();
+        assert!(done_at >= back_at, "the DEL did not wait for the delegate");
+        assert!(!r.stderr.contains("still not ready"), "{}", r.stderr);
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+        assert!(fx.cache_files().is_empty());
+    }
+
+    /// delWaitSeconds 0: the recorded DEL runs at once although ADD would wait.
+    #[test]
+    fn del_wait_seconds_zero_replays_at_once() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", json!({"waitSeconds": 600, "delWaitSeconds": 0}));
+        fx.run("ADD", &conf).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        let r = fx.run("DEL", &conf);
+        r.ok();
+        assert!(
+            r.stderr.contains("still not ready after the wait"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+        assert!(fx.cache_files().is_empty());
+    }
+
     #[test]
     fn tears_down_with_the_recorded_delegate_after_it_is_gone() {
         let fx = Fx::new();

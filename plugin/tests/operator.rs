@@ -129,6 +129,8 @@ mod install {
                     "delegate": "/etc/cni/net.d/00-multus.conf",
                     "attachments": ["/etc/cni/multus/net.d/05-cilium.conflist"],
                     "waitSeconds": 3,
+                    // DEL's wait is install's own, whatever ADD's.
+                    "delWaitSeconds": 60,
                     "cacheDir": "/var/lib/cni/cni-guard",
                     "capabilities": {"portMappings": true}
                 }]

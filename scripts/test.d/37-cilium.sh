@@ -53,7 +53,9 @@ export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 export CLUSTER_PRIMARY=cilium
 # The agent restarts here are about the refusal itself (within 15 s, naming the agent's socket):
 # the guard refuses at once (--wait-seconds=0), as in 35-kubernetes.sh's refusal scenarios; the
-# manifest's wait (60) would hold the pod's ADD until the agent is back instead.
+# manifest's wait (60) would hold the pod's ADD until the agent is back instead. DEL still waits
+# for Multus (delWaitSeconds, 60, as install writes it whatever ADD's wait): churn.sh's leaks
+# check after every guard-on run fails on a net1 lease left by a DEL that ran past an absent Multus.
 export CLUSTER_GUARD_WAIT=0
 K=$KUBERNETES_BIN/kubectl
 SOCK=$NODE/run/cilium/cilium.sock
@@ -163,25 +165,13 @@ echo "cilium-pod version=$CILIUM_VERSION up_s=$up_s $nets network_status=eth0:ci
 wait_ready cilium-old 60 || fail "cilium-old not Ready"
 
 # --- 2. the incident under churn, short ------------------------------------------------------
-# The churn runs the guard as the manifest has it (its wait, 60): with 0 the guard could not wait
-# for Multus on a recorded DEL either, and a pod deleted in a window would lose its net1 lease
-# (multus-shim answers success for a DEL its absent daemon never ran; churn.sh's leaks check).
-line=$(CLUSTER_GUARD_WAIT='' CHURN_PODS=${CILIUM_CHURN_PODS:-6} CHURN_RESTARTS=${CILIUM_CHURN_RESTARTS:-2} conformance/k8s/churn.sh seed-fix on)
+line=$(CHURN_PODS=${CILIUM_CHURN_PODS:-6} CHURN_RESTARTS=${CILIUM_CHURN_RESTARTS:-2} conformance/k8s/churn.sh seed-fix on)
 echo "$line"
 [ "$(field "$line" primary)" = cilium ] || fail "the churn line does not say primary=cilium: $line"
 [ "$(field "$line" bare)" = 0 ] && [ "$(field "$line" full)" = "$(field "$line" pods)" ] &&
   [ "$(field "$line" pods)" -gt 0 ] || fail "with the guard every churn pod must be full: $line"
 
 # --- 3. a Cilium agent restart with the guard ------------------------------------------------
-# The guard back at CLUSTER_GUARD_WAIT (0: refusing at once), until its conflist says so.
-scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null
-"$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null
-for _ in $(seq 100); do
-  grep -q "\"waitSeconds\": $CLUSTER_GUARD_WAIT," "$NODE/etc/cni/net.d/00-cni-guard.conflist" && break
-  sleep 0.2
-done
-grep -q "\"waitSeconds\": $CLUSTER_GUARD_WAIT," "$NODE/etc/cni/net.d/00-cni-guard.conflist" ||
-  fail "the guard's conflist does not say waitSeconds $CLUSTER_GUARD_WAIT"
 # restart NAME MODE: stops the agent (MODE stop: conflist left; uninstall: removed), creates pod
 # NAME, waits HOLD s, starts the agent, waits for the pod; prints what was seen.
 HOLD=${CILIUM_DOWN_SECONDS:-40}
@@ -288,7 +278,7 @@ done
 # Without the guard bare pods are the incident itself, expected and printed; with it none.
 for lg in "seed-fix off" "original off" "original on"; do
   # shellcheck disable=SC2086 # two words: layout and guard
-  line=$(CLUSTER_GUARD_WAIT='' CHURN_PODS=${CILIUM_CHURN_PODS:-6} CHURN_RESTARTS=1 conformance/k8s/churn.sh $lg)
+  line=$(CHURN_PODS=${CILIUM_CHURN_PODS:-6} CHURN_RESTARTS=1 conformance/k8s/churn.sh $lg)
   echo "$line"
   [ "$(field "$line" primary)" = cilium ] && [ "$(field "$line" pods)" -gt 0 ] ||
     fail "the churn line does not say primary=cilium or saw no pod: $line"

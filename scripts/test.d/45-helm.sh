@@ -407,6 +407,7 @@ for name in names + ["base"]:
             "--delegate-writer": [v["delegateWriter"]] if v.get("delegateWriter") else [],
             "--strict-permissions": [""] if v["strictPermissions"] else []}
     for flag, key_ in [("--delegate-timeout-seconds", "delegateTimeoutSeconds"),
+                       ("--del-wait-seconds", "delWaitSeconds"),
                        ("--lock-wait-seconds", "lockWaitSeconds"),
                        ("--status-timeout-seconds", "statusTimeoutSeconds")]:
         want[flag] = [] if v[key_] is None else [str(v[key_])]
@@ -470,9 +471,11 @@ for name in names + ["base"]:
     check(entry.get("delegateWriter") == (v.get("delegateWriter") or None),
           f"{name}: delegateWriter is {entry.get('delegateWriter')}, the values say {v.get('delegateWriter')}")
     for flag, key_ in [("--delegate-timeout-seconds", "delegateTimeoutSeconds"),
+                       ("--del-wait-seconds", "delWaitSeconds"),
                        ("--lock-wait-seconds", "lockWaitSeconds"),
                        ("--status-timeout-seconds", "statusTimeoutSeconds")]:
-        expected = int(want[flag][-1]) if want[flag] else None
+        # Left out, install writes the plugin's default, except delWaitSeconds: install's 60.
+        expected = int(want[flag][-1]) if want[flag] else (60 if key_ == "delWaitSeconds" else None)
         check(entry.get(key_) == expected, f"{name}: {key_} is {entry.get(key_)}, the values and extraArgs say {expected}")
 
     # --- 7. the conventions reach the DaemonSet -------------------------------------------

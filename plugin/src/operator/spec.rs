@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::{Flags, SPEC_VERSIONS};
-use crate::config::{Entry, Field, Seconds, DELEGATE_TIMEOUT, LOCK_WAIT, STATUS_TIMEOUT, WAIT};
+use crate::config::{
+    Entry, Field, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, LOCK_WAIT, STATUS_TIMEOUT, WAIT,
+};
 use crate::error::{Error, Kind, Result};
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
@@ -42,6 +44,9 @@ Conflist settings:
   --network-name NAME    the guard network's name [guarded-pod-network]
   --cni-version V        the conflist's cniVersion [1.0.0]
   --wait-seconds N       how long ADD waits for the delegate before refusing [60]
+  --del-wait-seconds N   how long a DEL waits for the delegate it recorded before running it
+                         anyway (a daemon's client may answer success for a DEL it never ran)
+                         [60, whatever --wait-seconds says]
   --delegate-timeout-seconds N
                          one deadline for all of a verb's delegate plugins run as the guard's
                          children, rollback included [plugin default: 120]
@@ -88,7 +93,7 @@ enum Takes {
 /// The conflist flags, and the key of the guard's entry each one sets. `take_flag` knows no
 /// others, and a test proves that they are the schema's keys ([`Entry`]) less those the runtime
 /// adds and `type`, each once.
-const KEY_FLAGS: [(&str, &str, Takes); 17] = [
+const KEY_FLAGS: [(&str, &str, Takes); 18] = [
     ("--network-name", "name", Takes::Text),
     ("--cni-version", "cniVersion", Takes::Text),
     ("--delegate", "delegate", Takes::Path),
@@ -97,6 +102,11 @@ const KEY_FLAGS: [(&str, &str, Takes); 17] = [
     ("--socket", "sockets", Takes::ListedPath),
     ("--cache-dir", "cacheDir", Takes::Path),
     ("--wait-seconds", WAIT.key, Takes::Seconds(&WAIT)),
+    (
+        "--del-wait-seconds",
+        DEL_WAIT.key,
+        Takes::Seconds(&DEL_WAIT),
+    ),
     (
         "--delegate-timeout-seconds",
         DELEGATE_TIMEOUT.key,
@@ -139,6 +149,17 @@ const KEY_FLAGS: [(&str, &str, Takes); 17] = [
 /// wake-up). 60 s covers a Multus restart and, with the per-verb delegate deadline (120 s) and
 /// the lock wait (10 s), stays well under kubelet's four-minute RunPodSandbox deadline.
 pub const INSTALL_WAIT_SECONDS: u64 = 60;
+
+/// How long a DEL waits for the delegate it recorded in the conflist `install` and `keep` write,
+/// unless `--del-wait-seconds` says otherwise; not tied to `--wait-seconds` (the plugin's own
+/// default, for a hand-written conflist, is `waitSeconds`). A guard that refuses ADD at once
+/// (`--wait-seconds=0`) must still not tear a pod down past an absent Multus: multus-shim
+/// answers success for a DEL its daemon never ran, and the pod's secondary IPs would leak.
+/// Seen on the real node (Cilium under Multus, pods deleted while Multus restarted): with no
+/// DEL wait one churn run left three net1 leases. The wait holds a pod's deletion, never a new
+/// pod; it ends the moment Multus is back (inotify), and a DEL the runtime gives up on keeps
+/// its record, so the retried DEL still tears down.
+pub const INSTALL_DEL_WAIT_SECONDS: u64 = 60;
 
 /// The flag that sets `key`, for messages; the key itself when no flag does.
 fn flag_for(key: &str) -> &str {
@@ -271,6 +292,7 @@ impl GuardFile {
         keys.insert("type".into(), PLUGIN_TYPE.into());
         keys.insert("attachments".into(), Value::Array(Vec::new()));
         keys.insert(WAIT.key.into(), INSTALL_WAIT_SECONDS.into());
+        keys.insert(DEL_WAIT.key.into(), INSTALL_DEL_WAIT_SECONDS.into());
         keys.insert("cacheDir".into(), DEFAULT_CACHE_DIR.into());
         keys.extend(self.keys.clone());
         // Per-pod awareness reads the pod's annotations, which the runtime passes only to a
@@ -394,6 +416,7 @@ mod tests {
         "/etc/cni/multus/net.d/05-cilium.conflist"
       ],
       "waitSeconds": 60,
+      "delWaitSeconds": 60,
       "cacheDir": "/var/lib/cni/cni-guard",
       "capabilities": {
         "portMappings": true
@@ -434,6 +457,7 @@ mod tests {
             "--attachment=/etc/cni/multus/net.d/05-cilium.conflist",
             "--attachment=/etc/cni/multus/net.d/10-macvlan.conflist",
             "--wait-seconds=7",
+            "--del-wait-seconds=0",
             "--delegate-timeout-seconds=30",
             "--lock-wait-seconds",
             "3",
@@ -461,6 +485,7 @@ mod tests {
             ]
         );
         assert_eq!(cfg.wait, Duration::from_secs(7));
+        assert_eq!(cfg.del_wait, Duration::ZERO);
         assert_eq!(cfg.delegate_timeout, Duration::from_secs(30));
         assert_eq!(cfg.lock_wait, Duration::from_secs(3));
         assert_eq!(cfg.status_timeout, Duration::from_secs(2));

@@ -126,6 +126,9 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root an
 {{- $args = append $args (printf "--network-name=%s" $v.networkName) }}
 {{- $args = append $args (printf "--cni-version=%s" $v.cniVersion) }}
 {{- $args = append $args (printf "--wait-seconds=%d" (int $v.waitSeconds)) }}
+{{- if not (kindIs "invalid" $v.delWaitSeconds) }}
+{{- $args = append $args (printf "--del-wait-seconds=%d" (int $v.delWaitSeconds)) }}
+{{- end }}
 {{- $args = append $args (printf "--cache-dir=%s" $v.cacheDir) }}
 {{- range $v.capabilities }}
 {{- $args = append $args (printf "--capability=%s" .) }}

@@ -698,30 +698,41 @@ mod del {
     use serde_json::json;
     use std::time::{Duration, Instant};
 
+    /// A multus-shim ADD recorded under the guard `keys` make, then its delegate gone (Multus
+    /// stopped): the conf to run DEL with.
+    fn recorded_then_delegate_gone(fx: &Fx, keys: serde_json::Value) -> serde_json::Value {
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", keys);
+        fx.run("ADD", &conf).ok();
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        conf
+    }
+
+    /// Multus back 400 ms from now, writing `conf` as its delegate file; the thread answers when.
+    fn delegate_back_soon(fx: &Fx, conf: &'static str) -> std::thread::JoinHandle<Instant> {
+        let dst = fx.delegate_path();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let now = Instant::now();
+            std::fs::write(&dst, conf).unwrap();
+            now
+        })
+    }
+
     /// multus-shim answers a DEL with success even when its daemon is not there to run it: a
     /// recorded DEL of the delegate the guard fronts waits for that delegate to be back (up to
     /// waitSeconds), then replays what was recorded.
     #[test]
     fn a_recorded_del_waits_for_the_delegate_to_come_back() {
         let fx = Fx::new();
-        fx.plugin("multus-shim");
-        fx.delegate("multus-shim", "1.0.0");
-        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
-        let conf = fx.guard("1.0.0", json!({"waitSeconds": 20}));
-        fx.run("ADD", &conf).ok();
-        std::fs::remove_file(fx.delegate_path()).unwrap();
-        let dst = fx.delegate_path();
-        let back = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            let now = Instant::now();
-            // Multus back, with a file of its own: the DEL still replays the record.
-            std::fs::write(
-                &dst,
-                r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim","socketDir":"/new"}"#,
-            )
-            .unwrap();
-            now
-        });
+        let conf = recorded_then_delegate_gone(&fx, json!({"waitSeconds": 20}));
+        // Multus back, with a file of its own: the DEL still replays the record.
+        let back = delegate_back_soon(
+            &fx,
+            r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim","socketDir":"/new"}"#,
+        );
         let start = Instant::now();
         let r = fx.run("DEL", &conf);
         let (took, done_at) = (start.elapsed(), Instant::now());
@@ -748,11 +759,7 @@ mod del {
     #[test]
     fn a_recorded_del_runs_after_the_wait_if_the_delegate_stays_away() {
         let fx = Fx::new();
-        fx.plugin("multus-shim");
-        fx.delegate("multus-shim", "1.0.0");
-        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
-        fx.run("ADD", &fx.guard("1.0.0", json!({}))).ok();
-        std::fs::remove_file(fx.delegate_path()).unwrap();
+        recorded_then_delegate_gone(&fx, json!({}));
         let start = Instant::now();
         let r = fx.run("DEL", &fx.guard("1.0.0", json!({"waitSeconds": 0.5})));
         r.ok();
@@ -771,26 +778,15 @@ mod del {
     #[test]
     fn a_recorded_del_waits_del_wait_seconds_whatever_add_waits() {
         let fx = Fx::new();
-        fx.plugin("multus-shim");
-        fx.delegate("multus-shim", "1.0.0");
-        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
-        let conf = fx.guard("1.0.0", json!({"waitSeconds": 0, "delWaitSeconds": 20}));
-        fx.run("ADD", &conf).ok();
-        std::fs::remove_file(fx.delegate_path()).unwrap();
+        let conf =
+            recorded_then_delegate_gone(&fx, json!({"waitSeconds": 0, "delWaitSeconds": 20}));
         // ADD's wait is 0: another sandbox is refused at once.
         fx.run_env("ADD", &conf, &[("CNI_CONTAINERID", Some("ctr2"))])
             .error(11);
-        let dst = fx.delegate_path();
-        let back = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            let now = Instant::now();
-            std::fs::write(
-                &dst,
-                r#"{"cniVersion":"1.0.0","name":"m","type":"multus-shim"}"#,
-            )
-            .unwrap();
-            now
-        });
+        let back = delegate_back_soon(
+            &fx,
+            r#"{"cniVersion":"1.0.0","name":"m","type":"multus-shim"}"#,
+        );
         let r = fx.run("DEL", &conf);
         let done_at = Instant::now();
         let back_at = back.join().unwrap();
@@ -805,12 +801,8 @@ mod del {
     #[test]
     fn del_wait_seconds_zero_replays_at_once() {
         let fx = Fx::new();
-        fx.plugin("multus-shim");
-        fx.delegate("multus-shim", "1.0.0");
-        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
-        let conf = fx.guard("1.0.0", json!({"waitSeconds": 600, "delWaitSeconds": 0}));
-        fx.run("ADD", &conf).ok();
-        std::fs::remove_file(fx.delegate_path()).unwrap();
+        let conf =
+            recorded_then_delegate_gone(&fx, json!({"waitSeconds": 600, "delWaitSeconds": 0}));
         let r = fx.run("DEL", &conf);
         r.ok();
         assert!(

@@ -5,15 +5,17 @@
 #       the pod sandbox ("pause") image: Debian's static busybox, entrypoint a long sleep.
 #       NAME defaults to localhost/cni-guard-test/sandbox:1
 #   scripts/build-image.sh guard OUT.tar BINARY [NAME]
-#       the init-container image: BINARY (cni-guard) as /cni-guard, entrypoint /cni-guard, plus
-#       only the shared libraries it needs if it is dynamically linked.
+#       the DaemonSet's image: BINARY (the plugin, cni-guard) as /cni-guard and the node agent
+#       beside it (cni-guard-agent in BINARY's folder) as /cni-guard-agent, the entrypoint, plus
+#       only the shared libraries they need if they are dynamically linked.
 #       NAME defaults to localhost/cni-guard:dev
 #   scripts/build-image.sh release OUT.tar [NAME]
 #       the release image: `cargo build --release --locked` of the static cni-guard for each
 #       architecture in ARCHES (default "amd64 arm64" where this machine can build arm64: the
 #       aarch64-unknown-linux-gnu target and aarch64-linux-gnu-gcc; an architecture asked for
-#       in ARCHES that cannot be built is an error), each binary alone as /cni-guard in a
-#       single-layer image, all under one image index. NAME defaults to
+#       in ARCHES that cannot be built is an error), each architecture's two binaries alone
+#       (/cni-guard, the plugin; /cni-guard-agent, the entrypoint) in a single-layer image, all
+#       under one image index. NAME defaults to
 #       localhost/cni-guard:VERSION (the crate's). Builds go to target/image unless
 #       CARGO_TARGET_DIR says otherwise.
 #
@@ -27,7 +29,7 @@
 # sha256; import it with `ctr -a SOCKET -n k8s.io images import OUT.tar`.
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" >&2; exit 2; }
+usage() { sed -n '2,30p' "$0" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 kind=$1 out=$2
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -111,16 +113,20 @@ case "$kind" in
     echo "build-image: layer files: $(sed 's/^build-image: [^ ]* layer files: //' "$work/files")"
     ;;
   guard)
-    [ -x "$binary" ] || { echo "build-image: $binary is not an executable" >&2; exit 1; }
+    agent=$(dirname "$binary")/cni-guard-agent
+    for b in "$binary" "$agent"; do
+      [ -x "$b" ] || { echo "build-image: $b is not an executable" >&2; exit 1; }
+    done
     rootfs=$work/rootfs
     mkdir -p "$rootfs"
     cp "$binary" "$rootfs/cni-guard"
+    cp "$agent" "$rootfs/cni-guard-agent"
     # A dynamically linked binary needs its loader and libraries: copy exactly those.
-    for lib in $(libs_of "$binary"); do
+    for lib in $(libs_of "$binary") $(libs_of "$agent"); do
       mkdir -p "$rootfs$(dirname "$lib")"
       cp -L "$lib" "$rootfs$lib"
     done
-    read -r sum size < <(image "$rootfs" "$host_arch" '["/cni-guard"]' '{}' 2>"$work/files")
+    read -r sum size < <(image "$rootfs" "$host_arch" '["/cni-guard-agent"]' '{}' 2>"$work/files")
     finish "$MANIFEST" "$sum" "$size"
     echo "build-image: $kind image $name -> $out (manifest sha256:$sum)"
     echo "build-image: layer files: $(sed 's/^build-image: [^ ]* layer files: //' "$work/files")"
@@ -157,18 +163,22 @@ case "$kind" in
           ;;
         *) echo "build-image: unknown architecture $arch (amd64, arm64)" >&2; exit 2 ;;
       esac
-      cargo build --release --locked -p cni-guard --target "$target" >&2
-      bin=$CARGO_TARGET_DIR/$target/release/cni-guard
-      # Static, or it is no image for a node without glibc (Talos).
-      if file "$bin" | grep -q 'dynamically linked'; then
-        echo "build-image: $bin is dynamically linked" >&2
-        exit 1
-      fi
+      cargo build --release --locked -p cni-guard -p cni-guard-agent --target "$target" >&2
       rootfs=$work/rootfs-$arch
       mkdir -p "$rootfs"
-      cp "$bin" "$rootfs/cni-guard"
-      read -r sum size < <(image "$rootfs" "$arch" '["/cni-guard"]' "$labels")
-      echo "build-image: linux/$arch manifest sha256:$sum (binary sha256:$(sha256sum "$bin" | cut -d' ' -f1))"
+      sums=()
+      for name in cni-guard cni-guard-agent; do
+        bin=$CARGO_TARGET_DIR/$target/release/$name
+        # Static, or it is no image for a node without glibc (Talos).
+        if file "$bin" | grep -q 'dynamically linked'; then
+          echo "build-image: $bin is dynamically linked" >&2
+          exit 1
+        fi
+        cp "$bin" "$rootfs/$name"
+        sums+=("$name sha256:$(sha256sum "$bin" | cut -d' ' -f1)")
+      done
+      read -r sum size < <(image "$rootfs" "$arch" '["/cni-guard-agent"]' "$labels")
+      echo "build-image: linux/$arch manifest sha256:$sum (${sums[*]})"
       entries+=("$(printf '{"mediaType":"%s","digest":"sha256:%s","size":%s,"platform":{"architecture":"%s","os":"linux"}}' "$MANIFEST" "$sum" "$size" "$arch")")
     done
     (IFS=,; printf '{"schemaVersion":2,"mediaType":"%s","manifests":[%s]}\n' "$INDEX" "${entries[*]}") >"$work/image-index.json"

@@ -779,10 +779,11 @@ need_binaries() {
       [ -e "$b" ] || die "$b is missing: run scripts/setup.sh (as root)"
     done
   fi
+  # The plugin; the image takes the agent from beside it (scripts/build-image.sh guard).
   GUARD_BIN=${CNI_GUARD_BIN:-$REPO/target/release/cni-guard}
-  if [ ! -x "$GUARD_BIN" ]; then
-    say "building $GUARD_BIN"
-    nice -n 10 cargo build --release --locked -p cni-guard >&2
+  if [ ! -x "$GUARD_BIN" ] || [ ! -x "$(dirname "$GUARD_BIN")/cni-guard-agent" ]; then
+    say "building $GUARD_BIN and the agent"
+    nice -n 10 cargo build --release --locked -p cni-guard -p cni-guard-agent >&2
   fi
 }
 

@@ -30,7 +30,7 @@ step setup bash scripts/setup.sh --background
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test" cargo test --workspace --locked
-step "release build" cargo build --release --locked -p cni-guard
+step "release build" cargo build --release --locked -p cni-guard -p cni-guard-agent
 
 for part in scripts/test.d/*.sh; do
   [ -e "$part" ] || continue

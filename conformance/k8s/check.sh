@@ -44,7 +44,7 @@ if [ -n "$deployed" ]; then
   guard=1
   "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s
   "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=60s >/dev/null ||
-    fail "the guard's readiness probe (cni-guard check) does not pass"
+    fail "the guard's readiness probe (cni-guard-agent check) does not pass"
   networks=$(crictl info | python3 -c 'import json, sys; print(" ".join(n["Config"]["Name"] for n in json.load(sys.stdin)["cniconfig"]["Networks"]))')
   [ "$networks" = "cni-loopback guarded-pod-network" ] || fail "containerd's networks are '$networks'"
   ok "cni-guard Ready; containerd builds sandboxes on guarded-pod-network (00-cni-guard.conflist)"

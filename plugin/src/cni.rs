@@ -224,7 +224,7 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
 }
 
 /// How an invocation is counted on the node (`cni_guard_decisions_total`,
-/// `cni_guard_refusals_total`): tokens of the events file (see [`crate::metrics::events`]).
+/// `cni_guard_refusals_total`): tokens of the events file (see [`crate::events`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counted {
     pub verb: &'static str,
@@ -233,8 +233,8 @@ pub struct Counted {
 }
 
 impl Counted {
-    pub fn event(&self) -> crate::metrics::events::Event<'static> {
-        crate::metrics::events::Event {
+    pub fn event(&self) -> crate::events::Event<'static> {
+        crate::events::Event {
             verb: self.verb,
             decision: self.decision,
             reason: self.reason,

@@ -712,41 +712,6 @@ fn absolute_path(
     Ok(PathBuf::from(p))
 }
 
-/// The schema's keys, as serde itself lists them for decoding.
-#[cfg(test)]
-pub(crate) fn schema_keys() -> &'static [&'static str] {
-    use serde::de::{self, Visitor};
-
-    /// Records the field list serde passes to `deserialize_struct`, then stops.
-    struct Probe<'a>(&'a mut &'static [&'static str]);
-    impl<'de> Deserializer<'de> for Probe<'_> {
-        type Error = de::value::Error;
-        fn deserialize_any<V: Visitor<'de>>(
-            self,
-            _: V,
-        ) -> std::result::Result<V::Value, Self::Error> {
-            Err(de::Error::custom("not a struct"))
-        }
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> std::result::Result<V::Value, Self::Error> {
-            *self.0 = fields;
-            Err(de::Error::custom("probed"))
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-            ignored_any
-        }
-    }
-    let mut fields: &'static [&'static str] = &[];
-    let _ = Entry::deserialize(Probe(&mut fields));
-    fields
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

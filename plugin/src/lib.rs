@@ -7,21 +7,19 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod build;
 pub mod cni;
 pub mod config;
 pub mod delegate;
 pub mod error;
+pub mod events;
 pub mod invoke;
 pub mod log;
-pub mod metrics;
 pub mod names;
 pub mod netconf;
-pub mod operator;
 pub mod perpod;
 pub mod readiness;
 pub mod records;
 pub mod request;
-mod sys;
+pub mod sys;
 pub mod version;
 pub mod wait;

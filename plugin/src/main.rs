@@ -1,4 +1,5 @@
-//! The `cni-guard` binary: CNI plugin when `CNI_COMMAND` is set, operator tool otherwise.
+//! The `cni-guard` binary: the CNI plugin, run by the container runtime. Nothing else: the node
+//! agent (install, keep, check, uninstall, metrics) is `cni-guard-agent`.
 
 #![forbid(unsafe_code)]
 
@@ -12,7 +13,13 @@ use cni_guard::{invoke, log};
 
 fn main() -> ExitCode {
     if std::env::var_os("CNI_COMMAND").is_none() {
-        return operator(std::env::args_os().skip(1).collect());
+        // Run by hand, as libcni's skel answers: what this is, on stderr.
+        log::to_stderr(&format!(
+            "cni-guard {}: a CNI plugin, run by the container runtime (CNI_COMMAND unset); \
+             its node agent is cni-guard-agent",
+            env!("CARGO_PKG_VERSION")
+        ));
+        return ExitCode::from(2);
     }
     // A panic must still answer the runtime in the spec's terms, never with a bare backtrace.
     std::panic::set_hook(Box::new(|info| {
@@ -28,7 +35,7 @@ fn main() -> ExitCode {
     }
     log::emit(outcome.decision.level(), &log::invocation_line(&outcome));
     // Counted on the node when a `keep --metrics-address` is collecting; never fails the verb.
-    cni_guard::metrics::events::append(&outcome.cache_dir, &outcome.event.event());
+    cni_guard::events::append(&outcome.cache_dir, &outcome.event.event());
     let (stdout, exit) = match outcome.action {
         Action::Reply { stdout, exit } => (stdout, exit),
         Action::Exec {
@@ -50,8 +57,4 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::from(exit as u8)
-}
-
-fn operator(args: Vec<std::ffi::OsString>) -> ExitCode {
-    ExitCode::from(cni_guard::operator::run(args) as u8)
 }

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # The documentation, checked against the code (no root, no network, a few seconds):
-#  1. every `cni-guard COMMAND ... --flag` shown in README.md, docs/**/*.md and the chart's
-#     README.md (code blocks with their `\` continuations joined, and inline code; also
-#     `/cni-guard COMMAND` as run in a pod, and an inline span that starts with `install`,
-#     `keep`, `check` or `uninstall` and a flag) names a flag that `cni-guard COMMAND --help` of
-#     the release binary lists; `cni-guard --flag` one that `cni-guard --help` lists; every flag
-#     written alone in backticks in docs/reference/{cli,configuration}.md is some command's;
+#  1. every `cni-guard-agent COMMAND ... --flag` shown in README.md, docs/**/*.md and the
+#     chart's README.md (code blocks with their `\` continuations joined, and inline code; also
+#     `/cni-guard-agent COMMAND` as run in a pod, and an inline span that starts with `install`,
+#     `keep`, `check` or `uninstall` and a flag) names a flag that `cni-guard-agent COMMAND
+#     --help` of the release binary lists; `cni-guard-agent --flag` one that
+#     `cni-guard-agent --help` lists; every flag written alone in backticks in
+#     docs/reference/{cli,configuration}.md is some command's; and no `cni-guard COMMAND` is
+#     shown (the plugin has no commands: they are the agent's);
 #  2. every relative link between these files (and to any file of the repository) resolves,
 #     and every #anchor is a heading (GitHub's rule, duplicates numbered) of its target;
-#  3. every `cni-guard X.Y.Z (commit` shown has the crate's version;
+#  3. every `cni-guard-agent X.Y.Z (commit` shown has the crate's version;
 #  4. docs/reference/cli.md names every flag that any command's --help lists.
 # Any failure is printed with its file and line, and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release --locked -p cni-guard
-BIN=${CARGO_TARGET_DIR:-target}/release/cni-guard
+cargo build --release --locked -p cni-guard -p cni-guard-agent
+BIN=${CARGO_TARGET_DIR:-target}/release/cni-guard-agent
 [ -x "$BIN" ] || { echo "15-docs: FAIL: no binary at $BIN" >&2; exit 1; }
 
 HELP=$(mktemp -d)
@@ -92,12 +94,17 @@ def command_segments(path, lines):
                 if m:
                     yield i + 1, m.group(1), m.group(2)
         for text in texts:
-            # An invocation: the binary (cni-guard, or a path ending in /cni-guard) where a
-            # command starts, not a word inside another command (`kubectl -n cni-guard ...`) or
-            # a value (`--cache-dir=/var/lib/cni/cni-guard --capability=...`).
+            # An invocation: the binary (cni-guard-agent, or a path ending in /cni-guard-agent)
+            # where a command starts, not a word inside another command (`kubectl -n cni-guard
+            # ...`) or a value (`--cache-dir=/var/lib/cni/cni-guard --capability=...`). The
+            # plugin (cni-guard) shown with a command is a mistake: it has none.
             for m in re.finditer(r"(?:^\s*|\$\s+|--\s+|&&\s+|;\s*|\|\s*|\(|\bsudo\s+|\bexec\s+)"
-                                 r"(?:[\w.-]*/)*cni-guard +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
-                word, rest = m.group(1), m.group(2)
+                                 r"(?:[\w.-]*/)*cni-guard(-agent)? +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
+                agent, word, rest = m.group(1), m.group(2), m.group(3)
+                if not agent:
+                    if word in COMMANDS or word in ("--version", "--help"):
+                        yield i + 1, "plugin", word
+                    continue
                 if word.startswith("--"):
                     yield i + 1, None, word + rest
                 elif word in COMMANDS:
@@ -109,21 +116,24 @@ for path in files:
     lines = text.splitlines()
     # 1. commands and flags
     for lineno, cmd, rest in command_segments(path, lines):
+        if cmd == "plugin":
+            fail(path, lineno, f"`cni-guard {rest}`: the plugin has no commands; the agent is `cni-guard-agent {rest}`")
+            continue
         rest = re.split(r"\s[|;#(]|&&|\|\||`|\s--\s", rest)[0]
         for flag in FLAG.findall(rest):
             checked["flags"] += 1
             ok = flag in (known[cmd] if cmd else known_top)
             if not ok:
-                fail(path, lineno, f"`cni-guard {cmd or ''} {flag}`: no such flag in `cni-guard {cmd or ''} --help`".replace("  ", " "))
+                fail(path, lineno, f"`cni-guard-agent {cmd or ''} {flag}`: no such flag in `cni-guard-agent {cmd or ''} --help`".replace("  ", " "))
     if re.search(r"docs/reference/(cli|configuration)\.md$", path):
         for lineno, line in enumerate(lines, 1):
             for span in re.findall(r"`(--[a-z][a-z0-9-]*)(?:[ =][^`]*)?`", line):
                 checked["flags"] += 1
                 if span not in every_flag and span not in known_top:
-                    fail(path, lineno, f"`{span}` is a flag of no command (`cni-guard COMMAND --help`)")
+                    fail(path, lineno, f"`{span}` is a flag of no command (`cni-guard-agent COMMAND --help`)")
     # 3. the version shown
     for lineno, line in enumerate(lines, 1):
-        for v in re.findall(r"cni-guard (\d+\.\d+\.\d+) \(commit", line):
+        for v in re.findall(r"cni-guard-agent (\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?) \(commit", line):
             if v != crate:
                 fail(path, lineno, f"shows version {v}; the crate is {crate}")
     # 2. links
@@ -158,7 +168,7 @@ if cli in files:
     for cmd in COMMANDS:
         for flag in sorted(known[cmd] - documented):
             checked["flags"] += 1
-            fail(cli, 0, f"`cni-guard {cmd} --help` lists {flag}, which this page does not")
+            fail(cli, 0, f"`cni-guard-agent {cmd} --help` lists {flag}, which this page does not")
 else:
     fail(cli, 0, "missing")
 

@@ -304,7 +304,7 @@ n_restored=$("$K" -n cni-guard logs daemonset/cni-guard -c keep 2>/dev/null | gr
 files=$(cd "$N_CONF" && ls | tr '\n' ' ')
 ready=$(guard_ready)
 phase=$("$K" get pod exclusive-fight -o jsonpath='{.status.phase}')
-check=$("$K" -n cni-guard exec daemonset/cni-guard -c keep -- /cni-guard check \
+check=$("$K" -n cni-guard exec daemonset/cni-guard -c keep -- /cni-guard-agent check \
   --config="/host$N_CONF/00-cni-guard.conflist" --host-root=/host --cni-path=/opt/cni/bin 2>&1 | grep '^not ready' | head -n 1 || true)
 fight=no
 # The fight is detected here and said, never passed over: renames of the guard's file by the

@@ -7,9 +7,10 @@
 #  3. the rendered DaemonSet does what the docs say (tolerations, priority, probe, resources,
 #     install and keep writing the same conflist, the guide's paths);
 #  4. the exact commands the pods run (install, the readiness probe, uninstall) are run with the
-#     release binary against a temporary host root, /host/... mapped into it;
-#  5. the release binary is statically linked, under 3 MiB, and runs in an empty root;
-#  6. scripts/build-image.sh is reproducible: the guard image of one binary built twice (another
+#     release agent against a temporary host root, /host/... mapped into it;
+#  5. the release binaries (the plugin and the agent) are statically linked, under 3 MiB, and
+#     run in an empty root;
+#  6. scripts/build-image.sh is reproducible: the guard image of one build built twice (another
 #     copy, umask and mtime) has one digest, and the release image (amd64, and arm64 where this
 #     machine can build it) built twice has one index digest, platforms as built.
 #
@@ -49,8 +50,9 @@ if ! python3 -c 'import kubernetes_validate, yaml' 2>/dev/null ||
 fi
 
 BIN=target/release/cni-guard
-if [ ! -x "$BIN" ]; then
-  cargo build --release --locked -p cni-guard
+AGENT=target/release/cni-guard-agent
+if [ ! -x "$BIN" ] || [ ! -x "$AGENT" ]; then
+  cargo build --release --locked -p cni-guard -p cni-guard-agent
 fi
 
 WORK=$(mktemp -d /tmp/cni-guard-deploy.XXXXXX)
@@ -80,10 +82,10 @@ done
 echo "the validator rejects an unknown field and a wrong type"
 
 echo "-- manifests and binary"
-python3 - "$WORK" "$BIN" <<'PY'
+python3 - "$WORK" "$BIN" "$AGENT" <<'PY'
 import json, os, shutil, stat, subprocess, sys, yaml
 
-work, binary = sys.argv[1], os.path.abspath(sys.argv[2])
+work, binary, agent = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 def load(name):
     with open(os.path.join(work, name + ".yaml")) as f:
         return [d for d in yaml.safe_load_all(f) if d]
@@ -135,7 +137,8 @@ for overlay in ["base", "multus-cilium"]:
     kept = flags(keep["args"][3:])
     check(inst == kept, f"{overlay}: install and keep must write the same conflist:\n{inst}\n{kept}")
     probe = keep["readinessProbe"]["exec"]["command"]
-    check(probe[:2] == ["/cni-guard", "check"], f"{overlay}: probe runs check")
+    check(probe[:2] == ["/cni-guard-agent", "check"], f"{overlay}: probe runs check")
+    check(install["command"] == keep["command"] == ["/cni-guard-agent"], f"{overlay}: the agent runs")
     pf = dict(flags(probe[2:]))
     kf = dict(kept)
     check(pf["--config"] == kf["--conf-dir"] + "/" + kf["--conf-name"],
@@ -158,9 +161,10 @@ for overlay in ["base", "multus-cilium"]:
 # Run what the pods run, with /host mapped to a temporary host root.
 def run_pod_command(args, root, expect):
     mapped = [a.replace("/host/", root + "/").replace("=/host", "=" + root) for a in args]
-    if mapped[0] == "/cni-guard":
-        mapped = mapped[1:]
-    proc = subprocess.run([binary] + mapped, capture_output=True, text=True,
+    if mapped[0] != "/cni-guard-agent":
+        fail(f"{' '.join(args)}: the pod runs {mapped[0]}, not the agent")
+    # As in the image, the plugin is beside the agent, which installs it from there.
+    proc = subprocess.run([agent] + mapped[1:], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "CNI_COMMAND"})
     if proc.returncode != expect:
         fail(f"{' '.join(mapped)}: exit {proc.returncode}, expected {expect}\n"
@@ -215,35 +219,38 @@ run_pod_command(job_container["command"] + job_container["args"], root, 0)
 print("uninstall (DaemonSet and Job commands) removed the guard and left the delegate")
 PY
 
-echo "-- static binary"
-description=$(file -L "$BIN")
-echo "$description"
-case "$description" in
-  *"statically linked"*) ;;
-  *) echo "40-deploy: FAIL: $BIN is not statically linked" >&2; exit 1 ;;
-esac
-libraries=$(ldd "$BIN" 2>&1 || true)
-case "$libraries" in
-  *"statically linked"* | *"not a dynamic executable"*) ;;
-  *) echo "40-deploy: FAIL: ldd lists shared libraries for $BIN: $libraries" >&2; exit 1 ;;
-esac
-size=$(stat -c %s "$BIN")
-stripped="$WORK/cni-guard.stripped"
-strip -o "$stripped" "$BIN"
-stripped_size=$(stat -c %s "$stripped")
-echo "size: $size bytes; stripped: $stripped_size bytes"
-if [ "$stripped_size" -ge $((3 * 1024 * 1024)) ]; then
-  echo "40-deploy: FAIL: stripped binary is 3 MiB or more" >&2
-  exit 1
-fi
+echo "-- static binaries"
+for b in "$BIN" "$AGENT"; do
+  description=$(file -L "$b")
+  echo "$description"
+  case "$description" in
+    *"statically linked"*) ;;
+    *) echo "40-deploy: FAIL: $b is not statically linked" >&2; exit 1 ;;
+  esac
+  libraries=$(ldd "$b" 2>&1 || true)
+  case "$libraries" in
+    *"statically linked"* | *"not a dynamic executable"*) ;;
+    *) echo "40-deploy: FAIL: ldd lists shared libraries for $b: $libraries" >&2; exit 1 ;;
+  esac
+  size=$(stat -c %s "$b")
+  stripped="$WORK/$(basename "$b").stripped"
+  strip -o "$stripped" "$b"
+  stripped_size=$(stat -c %s "$stripped")
+  echo "$(basename "$b"): $size bytes; stripped: $stripped_size bytes"
+  if [ "$stripped_size" -ge $((3 * 1024 * 1024)) ]; then
+    echo "40-deploy: FAIL: stripped $b is 3 MiB or more" >&2
+    exit 1
+  fi
+done
 
 # An empty root, as in a FROM-scratch image: no libc, no /etc, no /proc.
 if [ "$(id -u)" = 0 ]; then
   empty="$WORK/empty-root"
   mkdir -p "$empty/opt/cni/bin" "$empty/etc/cni/net.d"
   cp "$BIN" "$empty/cni-guard"
-  chroot "$empty" /cni-guard --version
-  chroot "$empty" /cni-guard install --binary=/cni-guard --bin-dir=/opt/cni/bin \
+  cp "$AGENT" "$empty/cni-guard-agent"
+  chroot "$empty" /cni-guard-agent --version
+  chroot "$empty" /cni-guard-agent install --binary=/cni-guard --bin-dir=/opt/cni/bin \
     --conf-dir=/etc/cni/net.d --delegate=/etc/cni/net.d/00-multus.conf
   cmp "$empty/cni-guard" "$empty/opt/cni/bin/cni-guard"
   echo "runs and installs in an empty root"
@@ -256,10 +263,11 @@ fi
 
 echo "-- reproducible images"
 digest_of() { sed -n 's/.*(manifest \(sha256:[0-9a-f]*\)).*/\1/p; s/^build-image: digest \(sha256:[0-9a-f]*\)$/\1/p'; }
-cp "$BIN" "$WORK/other-copy"
-touch -d @86400 "$WORK/other-copy"
+mkdir "$WORK/other-copy"
+cp "$BIN" "$AGENT" "$WORK/other-copy/"
+touch -d @86400 "$WORK/other-copy"/*
 first=$(bash scripts/build-image.sh guard "$WORK/guard-1.tar" "$BIN" | digest_of)
-second=$( (umask 077; bash scripts/build-image.sh guard "$WORK/guard-2.tar" "$WORK/other-copy") | digest_of)
+second=$( (umask 077; bash scripts/build-image.sh guard "$WORK/guard-2.tar" "$WORK/other-copy/cni-guard") | digest_of)
 [ -n "$first" ] && [ "$first" = "$second" ] ||
   { echo "40-deploy: FAIL: the guard image of one binary has two digests: $first $second" >&2; exit 1; }
 cmp "$WORK/guard-1.tar" "$WORK/guard-2.tar"
@@ -273,7 +281,7 @@ second=$(digest_of <"$WORK/release-2.log")
 [ -n "$first" ] && [ "$first" = "$second" ] && cmp -s "$WORK/release-1.tar" "$WORK/release-2.tar" ||
   { echo "40-deploy: FAIL: the release image built twice: $first, then $second" >&2; exit 1; }
 grep -E '^build-image: (linux/|arm64 left out)' "$WORK/release-1.log"
-python3 - "$WORK/release-1.tar" "$BIN" <<'PY'
+python3 - "$WORK/release-1.tar" "$AGENT" <<'PY'
 import hashlib, json, subprocess, sys, tarfile
 t = tarfile.open(sys.argv[1])
 blob = lambda d: t.extractfile("blobs/sha256/" + d.split(":")[1]).read()
@@ -288,12 +296,14 @@ for m in index["manifests"]:
     (layer,) = manifest["layers"]
     files = tarfile.open(fileobj=__import__("io").BytesIO(blob(layer["digest"])))
     names = [i.name for i in files.getmembers() if not i.isdir()]
-    member = files.getmember("./cni-guard")
-    if names != ["./cni-guard"] or member.mode != 0o755 or config["architecture"] != m["platform"]["architecture"]:
-        sys.exit(f"40-deploy: FAIL: {m['platform']}: files {names}, mode {oct(member.mode)}, config {config['architecture']}")
+    modes = {n: files.getmember(n).mode for n in names}
+    if sorted(names) != ["./cni-guard", "./cni-guard-agent"] or set(modes.values()) != {0o755} \
+            or config["architecture"] != m["platform"]["architecture"] \
+            or config["config"]["Entrypoint"] != ["/cni-guard-agent"]:
+        sys.exit(f"40-deploy: FAIL: {m['platform']}: files {modes}, config {config['architecture']} {config['config'].get('Entrypoint')}")
     if config["config"]["Labels"]["org.opencontainers.image.version"] != subprocess.run(
             [sys.argv[2], "--version"], capture_output=True, text=True).stdout.split()[1]:
         sys.exit(f"40-deploy: FAIL: {m['platform']}: the image's version label is not the binary's")
-print(f"release image: {top['digest']}, platforms {', '.join(platforms)}, each /cni-guard alone (0755)")
+print(f"release image: {top['digest']}, platforms {', '.join(platforms)}, each /cni-guard and /cni-guard-agent alone (0755)")
 PY
 echo "40-deploy: all checks passed"

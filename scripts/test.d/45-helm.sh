@@ -66,9 +66,9 @@ bash scripts/setup-helm.sh
 HELM=$HELM_BIN/helm
 PROMTOOL=$PROMTOOL_BIN/promtool
 
-BIN=target/release/cni-guard
-if [ ! -x "$BIN" ]; then
-  cargo build --release --locked -p cni-guard
+BIN=target/release/cni-guard-agent
+if [ ! -x "$BIN" ] || [ ! -x target/release/cni-guard ]; then
+  cargo build --release --locked -p cni-guard -p cni-guard-agent
 fi
 
 WORK=$(mktemp -d /tmp/cni-guard-helm.XXXXXX)
@@ -389,7 +389,8 @@ for name in names + ["base"]:
     check(flags(install["args"][1:2]) == [("--bin-dir", "/host" + v["binDir"])], f"{name}: --bin-dir")
     kf = dict(kept)
     probe = keep["readinessProbe"]["exec"]["command"]
-    check(probe[:2] == ["/cni-guard", "check"], f"{name}: the probe runs check")
+    check(probe[:2] == ["/cni-guard-agent", "check"], f"{name}: the probe runs check")
+    check(install["command"] == keep["command"] == ["/cni-guard-agent"], f"{name}: the agent runs")
     pf = dict(flags(probe[2:]))
     check(pf["--config"] == kf["--conf-dir"] + "/" + kf["--conf-name"],
           f"{name}: the probe checks the file keep writes")
@@ -451,7 +452,8 @@ for name in names + ["base"]:
     check(spec.get("hostNetwork") is True, f"{name}: hostNetwork")
     print(f"{name}: install and keep get the same {len(kept)} conflist flags; probe, mounts and metrics as the values say")
 
-    # The install flags as the binary takes them: the conflist holds what the values say.
+    # The install flags as the agent takes them (the plugin beside it, as in the image): the
+    # conflist holds what the values say.
     root = os.path.join(work, "host-" + name)
     for d in [v["binDir"], v["confDir"]]:  # DirectoryOrCreate
         os.makedirs(root + d, exist_ok=True)
@@ -508,7 +510,7 @@ for name in names + ["base"]:
         check([p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"], f"{name}: Service ports")
     else:
         check(not services and not monitors, f"{name}: a Service or ServiceMonitor without serviceMonitor.enabled")
-print("the release binary's install, run with each rendering's flags, writes the conflist the values ask for")
+print("the release agent's install, run with each rendering's flags, writes the conflist the values ask for")
 PY
 
 echo "-- alert"
@@ -565,7 +567,7 @@ PY
 "$HELM" install cni-guard "$CHART" -n "$NAMESPACE" --dry-run=client \
   -f "$CHART/ci/servicemonitor-values.yaml" >"$WORK/notes.out"
 for want in "kubectl -n $NAMESPACE rollout status daemonset/cni-guard" \
-  "/cni-guard check" "--config=/host/etc/cni/net.d/00-cni-guard.conflist" \
+  "/cni-guard-agent check" "--config=/host/etc/cni/net.d/00-cni-guard.conflist" \
   "kubectl -n $NAMESPACE logs POD -c keep" "ServiceMonitor cni-guard" "CniGuardRefusingPods"; do
   grep -qF -- "$want" "$WORK/notes.out" || { sed -n '/^NOTES:/,$p' "$WORK/notes.out" >&2; fail "NOTES.txt does not say $want"; }
 done

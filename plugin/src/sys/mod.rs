@@ -7,7 +7,6 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod at;
-pub(crate) mod daemon;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

@@ -1,6 +1,6 @@
-//! Suite 4: the init container. An OCI image holding only the (static) cni-guard binary, built by
-//! scripts/build-image.sh, imported into containerd and run as the DaemonSet's install container
-//! would run (host folders for /opt/cni/bin and /etc/cni/net.d mounted in). containerd, not
+//! Suite 4: the init container. An OCI image holding only the (static) cni-guard plugin and its
+//! agent, built by scripts/build-image.sh, imported into containerd and run as the DaemonSet's
+//! install container would run (host folders for /opt/cni/bin and /etc/cni/net.d mounted in). containerd, not
 //! restarted, builds the next sandbox through the guard.
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -51,11 +51,13 @@ fn init_container_installs_the_guard(generation: Generation) {
     if statically_linked {
         assert_eq!(
             files,
-            vec!["./cni-guard"],
-            "the image holds more than the binary"
+            vec!["./cni-guard", "./cni-guard-agent"],
+            "the image holds more than the plugin and the agent"
         );
     } else {
-        assert!(files.contains(&"./cni-guard".to_string()), "{files:?}");
+        for f in ["./cni-guard", "./cni-guard-agent"] {
+            assert!(files.contains(&f.to_string()), "{files:?}");
+        }
     }
     ctrd.import_image(&tar).unwrap();
 
@@ -76,7 +78,7 @@ fn init_container_installs_the_guard(generation: Generation) {
         .arg(format!("cni-guard-install-{}", random_suffix()))
         // ctr, unlike a pod spec's `args`, replaces the entrypoint: name the binary.
         .args([
-            "/cni-guard",
+            "/cni-guard-agent",
             "install",
             "--bin-dir",
             "/host/opt/cni/bin",

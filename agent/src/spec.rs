@@ -12,18 +12,18 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::{Flags, SPEC_VERSIONS};
-use crate::config::{
+use crate::{Flags, SPEC_VERSIONS};
+use cni_guard::config::{
     Entry, Field, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, LOCK_WAIT, STATUS_TIMEOUT, WAIT,
 };
-use crate::error::{Error, Kind, Result};
+use cni_guard::error::{Error, Kind, Result};
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
 pub const DEFAULT_NETWORK_NAME: &str = "guarded-pod-network";
 pub const DEFAULT_CNI_VERSION: &str = "1.0.0";
-pub use crate::config::DEFAULT_CACHE_DIR;
+pub use cni_guard::config::DEFAULT_CACHE_DIR;
 /// The plugin's type, and so its file name in the CNI bin dir.
-pub use crate::config::GUARD_TYPE as PLUGIN_TYPE;
+pub use cni_guard::config::GUARD_TYPE as PLUGIN_TYPE;
 
 pub const SPEC_FLAGS_HELP: &str = "\
 Where this process writes (a path as mounted in this container):
@@ -303,9 +303,9 @@ impl GuardFile {
                 .or_insert_with(|| Value::Object(Map::new()))
             {
                 Value::Object(names) => {
-                    names.insert(crate::perpod::POD_ANNOTATIONS.to_owned(), true.into());
+                    names.insert(cni_guard::perpod::POD_ANNOTATIONS.to_owned(), true.into());
                 }
-                other => *other = serde_json::json!({ crate::perpod::POD_ANNOTATIONS: true }),
+                other => *other = serde_json::json!({ cni_guard::perpod::POD_ANNOTATIONS: true }),
             }
         }
         // Cannot fail: every key of the schema takes any JSON value (a wrong one is refused by
@@ -373,7 +373,41 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{GuardConfig, INJECTED_KEYS};
+
+    /// The schema's keys, as serde itself lists them for decoding.
+    fn schema_keys() -> &'static [&'static str] {
+        use serde::de::{self, Visitor};
+
+        /// Records the field list serde passes to `deserialize_struct`, then stops.
+        struct Probe<'a>(&'a mut &'static [&'static str]);
+        impl<'de> serde::Deserializer<'de> for Probe<'_> {
+            type Error = de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(
+                self,
+                _: V,
+            ) -> std::result::Result<V::Value, Self::Error> {
+                Err(de::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> std::result::Result<V::Value, Self::Error> {
+                *self.0 = fields;
+                Err(de::Error::custom("probed"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+                option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+                ignored_any
+            }
+        }
+        let mut fields: &'static [&'static str] = &[];
+        let _ = cni_guard::config::Entry::deserialize(Probe(&mut fields));
+        fields
+    }
+    use cni_guard::config::{GuardConfig, INJECTED_KEYS};
 
     /// A `GuardFile` from conflist flags, as `install` and `keep` build it.
     fn file(args: &[&str]) -> Result<GuardFile> {
@@ -507,7 +541,7 @@ mod tests {
         let flag_keys: Vec<&str> = KEY_FLAGS.iter().map(|(_, key, _)| *key).collect();
         let unique: BTreeSet<&str> = flag_keys.iter().copied().collect();
         assert_eq!(unique.len(), flag_keys.len(), "a key with two flags");
-        let written: BTreeSet<&str> = crate::config::schema_keys()
+        let written: BTreeSet<&str> = schema_keys()
             .iter()
             .copied()
             .filter(|k| !INJECTED_KEYS.contains(k) && *k != "type")

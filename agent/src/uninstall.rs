@@ -1,21 +1,21 @@
-//! `cni-guard uninstall`: removes the guard's conflist, then its binary, so that containerd
+//! `cni-guard-agent uninstall`: removes the guard's conflist, then its binary, so that containerd
 //! never points at a missing binary. Nothing else removes the conflist: not `keep` on SIGTERM,
 //! not a pod shutting down.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::files::remove_durably;
-use super::spec::{DEFAULT_CONF_NAME, PLUGIN_TYPE};
-use super::Flags;
-use crate::error::{Error, Kind, Result};
-use crate::sys::daemon::{signal_name, wait_readable, TermSignals};
+use crate::daemon::{signal_name, wait_readable, TermSignals};
+use crate::files::remove_durably;
+use crate::spec::{DEFAULT_CONF_NAME, PLUGIN_TYPE};
+use crate::Flags;
+use cni_guard::error::{Error, Kind, Result};
 
 const HELP: &str = "\
-Usage: cni-guard uninstall --bin-dir DIR --conf-dir DIR [options]
+Usage: cni-guard-agent uninstall --bin-dir DIR --conf-dir DIR [options]
 
 Removes the guard's conflist, then DIR/cni-guard (in that order, so containerd never uses a
-conflist whose plugin binary is gone). Files already gone are fine. Stop `cni-guard keep`
+conflist whose plugin binary is gone). Files already gone are fine. Stop `cni-guard-agent keep`
 first, or it puts the conflist back. Once the conflist is gone, containerd uses the next
 config in the conf dir (the delegate, e.g. 00-multus.conf) directly.
 

@@ -1,38 +1,47 @@
-//! Operator mode: what the binary does when it is run by a person or a DaemonSet rather than by
-//! a container runtime (no `CNI_COMMAND`): `install`, `uninstall`, `keep`, `check`.
+//! `cni-guard-agent`: cni-guard's node agent, run by a person or by the DaemonSet, never by a
+//! container runtime: `install`, `uninstall`, `keep` (with metrics), `check`. The plugin itself,
+//! `cni-guard`, is the other binary: it does the CNI verbs and nothing else.
 //!
 //! Exit codes: 0 done (or ready), 1 the operation failed or was refused (or not ready),
 //! 2 the command line was wrong.
 
+#![forbid(unsafe_code)]
+
+mod build;
 mod check;
+mod daemon;
 mod files;
 mod install;
 mod keep;
+mod metrics;
 mod spec;
-
 mod uninstall;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
+use cni_guard::error::{Error, Result};
 
 /// The CNI specification versions the guard speaks, as `--help` lists them.
-pub use crate::version::SUPPORTED as SPEC_VERSIONS;
+pub use cni_guard::version::SUPPORTED as SPEC_VERSIONS;
+
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(run(std::env::args_os().skip(1).collect()) as u8)
+}
 
 fn usage() -> String {
     format!(
         "\
-cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.
+cni-guard-agent: the node agent of cni-guard, a CNI meta-plugin that refuses ADD until its
+delegate network is complete. The plugin is the other binary, cni-guard, which the container
+runtime runs; this one is run by hand or by the DaemonSet:
 
-Run by a container runtime (CNI_COMMAND set), it is the plugin. Run by hand or by its
-DaemonSet, it is its own installer:
-
-  cni-guard install     copy this binary into the CNI bin dir and write the guard's conflist
-  cni-guard uninstall   remove the conflist, then the binary
-  cni-guard keep        put the conflist back whenever something deletes, renames or rewrites it
-  cni-guard check       say whether ADD would proceed now, one line per precondition
-  cni-guard --version   print the version and the commit it was built from
+  cni-guard-agent install     copy the plugin into the CNI bin dir and write the guard's conflist
+  cni-guard-agent uninstall   remove the conflist, then the plugin
+  cni-guard-agent keep        put the conflist back whenever something deletes, renames or
+                              rewrites it; log readiness; serve metrics
+  cni-guard-agent check       say whether ADD would proceed now, one line per precondition
+  cni-guard-agent --version   print the version and the commit it was built from
 
 Each command takes --help. Exit codes: 0 done or ready, 1 failed, refused or not ready,
 2 wrong command line. CNI spec versions spoken: {}.
@@ -45,7 +54,7 @@ Each command takes --help. Exit codes: 0 done or ready, 1 failed, refused or not
 pub fn run(args: Vec<OsString>) -> i32 {
     let mut args = args.into_iter();
     let Some(command) = args.next() else {
-        crate::log::to_stderr(usage().trim_end());
+        cni_guard::log::to_stderr(usage().trim_end());
         return 2;
     };
     let rest: Vec<OsString> = args.collect();
@@ -63,8 +72,8 @@ pub fn run(args: Vec<OsString>) -> i32 {
             0
         }
         other => {
-            crate::log::to_stderr(&format!(
-                "cni-guard: unknown command {other:?}; see cni-guard --help"
+            cni_guard::log::to_stderr(&format!(
+                "cni-guard-agent: unknown command {other:?}; see cni-guard-agent --help"
             ));
             2
         }
@@ -77,7 +86,7 @@ fn finish(command: &str, outcome: Result<i32>) -> i32 {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            crate::log::to_stderr(&format!("cni-guard {command}: {}", e.msg()));
+            cni_guard::log::to_stderr(&format!("cni-guard {command}: {}", e.msg()));
             e.exit_code()
         }
     }

@@ -1,5 +1,5 @@
-//! Operator mode (`install`, `uninstall`, `keep`, `check`) driven through the built binary
-//! against temp folders. No root needed.
+//! The node agent (`install`, `uninstall`, `keep`, `check`) driven through the built
+//! `cni-guard-agent` against temp folders. No root needed.
 
 use std::fs;
 use std::io::Read;
@@ -10,15 +10,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+/// The plugin binary, built beside the agent by `cargo test --workspace`.
+fn plugin_binary() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_cni-guard-agent")).with_file_name("cni-guard");
+    assert!(
+        p.exists(),
+        "{} is not built: run cargo test --workspace",
+        p.display()
+    );
+    p
+}
+
 fn guard() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cni-guard"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cni-guard-agent"));
     // `check` takes CNI_PATH from the environment: a test that wants it sets it.
     cmd.env_remove("CNI_COMMAND").env_remove("CNI_PATH");
     cmd
 }
 
 fn run(args: &[&str]) -> Output {
-    guard().args(args).output().expect("run cni-guard")
+    guard().args(args).output().expect("run cni-guard-agent")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -112,7 +123,7 @@ mod install {
         assert!(stdout.contains(&format!("created {}", node.conflist().display())));
 
         let installed = fs::read(node.binary()).unwrap();
-        let original = fs::read(env!("CARGO_BIN_EXE_cni-guard")).unwrap();
+        let original = fs::read(plugin_binary()).unwrap();
         assert!(installed == original, "the installed binary is this binary");
         let mode = fs::metadata(node.binary()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o755);
@@ -258,18 +269,51 @@ mod install {
     #[test]
     fn replaces_a_binary_that_is_running() {
         let node = Node::new();
-        // Install a long-running program as the plugin binary and start it from the bin dir.
-        let sleep = which("sleep");
-        let out = node.install(&[&format!("--binary={}", sleep.display())]);
+        // Another build of the plugin (trailing bytes change the file, not the program), running
+        // from the bin dir: it waits for its stdin, as a plugin does.
+        let other = node.bin.parent().unwrap().join("cni-guard-other");
+        let mut bytes = fs::read(plugin_binary()).unwrap();
+        bytes.extend_from_slice(b"another build");
+        fs::write(&other, bytes).unwrap();
+        fs::set_permissions(&other, fs::Permissions::from_mode(0o755)).unwrap();
+        let out = node.install(&[&format!("--binary={}", other.display())]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let mut running = Command::new(node.binary()).arg("30").spawn().unwrap();
+        let mut running = Command::new(node.binary())
+            .env("CNI_COMMAND", "ADD")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
         // Writing over a running executable in place fails with ETXTBSY; a rename does not.
         let out = node.install(&[]);
         running.kill().unwrap();
         running.wait().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("replaced"),
+            "{}",
+            text(&out.stdout)
+        );
         let installed = fs::read(node.binary()).unwrap();
-        assert!(installed == fs::read(env!("CARGO_BIN_EXE_cni-guard")).unwrap());
+        assert!(installed == fs::read(plugin_binary()).unwrap());
+    }
+
+    #[test]
+    fn refuses_a_binary_that_is_not_the_plugin() {
+        let node = Node::new();
+        for binary in [
+            which("sleep"),
+            PathBuf::from(env!("CARGO_BIN_EXE_cni-guard-agent")),
+        ] {
+            let out = node.install(&[&format!("--binary={}", binary.display())]);
+            assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stderr).contains("is not the cni-guard plugin"),
+                "{}",
+                text(&out.stderr)
+            );
+            assert!(!node.binary().exists() && !node.conflist().exists());
+        }
     }
 
     #[test]
@@ -393,7 +437,7 @@ mod uninstall {
 mod keep {
     use super::*;
 
-    /// A running `cni-guard keep`, killed when dropped if a test failed before stopping it.
+    /// A running `cni-guard-agent keep`, killed when dropped if a test failed before stopping it.
     /// Its log is read as it comes, so a test can wait for what keep says it did.
     pub(super) struct Keeper {
         child: Option<Child>,
@@ -1135,7 +1179,7 @@ mod cli {
         assert_eq!(
             text(&out.stdout),
             format!(
-                "cni-guard {} (commit {})\n",
+                "cni-guard-agent {} (commit {})\n",
                 env!("CARGO_PKG_VERSION"),
                 expected_commit()
             )
@@ -1154,12 +1198,12 @@ mod cli {
             let out = run(&[cmd, "--help"]);
             assert!(out.status.success(), "{cmd} --help");
             assert!(
-                text(&out.stdout).contains(&format!("cni-guard {cmd}")),
+                text(&out.stdout).contains(&format!("cni-guard-agent {cmd}")),
                 "{cmd}: {}",
                 text(&out.stdout)
             );
         }
-        assert!(text(&run(&["--help"]).stdout).contains("cni-guard keep"));
+        assert!(text(&run(&["--help"]).stdout).contains("cni-guard-agent keep"));
         assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
         assert_eq!(run(&[]).status.code(), Some(2));
     }

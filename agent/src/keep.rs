@@ -1,4 +1,4 @@
-//! `cni-guard keep`: the DaemonSet's long-running container. It watches the conf dir with
+//! `cni-guard-agent keep`: the DaemonSet's long-running container. It watches the conf dir with
 //! inotify and puts the guard's conflist back whenever something deletes, renames or rewrites
 //! it (Cilium's `cni.exclusive: true` renames foreign configs to `*.cilium_bak`; an installer
 //! may overwrite). On SIGTERM it exits and leaves the file exactly as it is: a pod stopping
@@ -11,16 +11,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::files::{conf_files_before, is_conf_name, under_root, write_atomically, Written};
-use super::spec::{GuardFile, SPEC_FLAGS_HELP};
-use super::Flags;
-use crate::error::{Error, Kind, Result};
-use crate::sys::daemon::{signal_name, wait_readable, DirWatch, TermSignals};
+use crate::daemon::{signal_name, wait_readable, DirWatch, TermSignals};
+use crate::files::{conf_files_before, is_conf_name, under_root, write_atomically, Written};
+use crate::spec::{GuardFile, SPEC_FLAGS_HELP};
+use crate::Flags;
+use cni_guard::error::{Error, Kind, Result};
 
 fn help() -> String {
     format!(
         "\
-Usage: cni-guard keep --conf-dir DIR --delegate FILE [options]
+Usage: cni-guard-agent keep --conf-dir DIR --delegate FILE [options]
 
 Writes the guard's conflist (as `install` does, without the binary) and then keeps it: when
 anything deletes, renames or rewrites it, the file is put back at once and the restoration is
@@ -40,7 +40,7 @@ each change, \"ready: ADD would proceed (...)\" or \"not ready: <why>\".
   --cni-path DIRS        where plugin binaries are, host paths [CNI_PATH, else /opt/cni/bin]
 
 {SPEC_FLAGS_HELP}",
-        events = crate::metrics::events::FILE
+        events = cni_guard::events::FILE
     )
 }
 
@@ -203,7 +203,7 @@ struct Readiness {
 impl Readiness {
     /// Checks readiness now; logs it when it differs from the last check. Returns it.
     fn check(&mut self) -> bool {
-        let now = super::check::state(
+        let now = crate::check::state(
             &self.config,
             self.host_root.as_deref(),
             self.cni_path.clone(),
@@ -283,7 +283,7 @@ impl Metrics {
         std::thread::Builder::new()
             .name("metrics".into())
             .spawn(move || loop {
-                let readable = crate::sys::poll_readable(&[server.as_fd()], Some(METRICS_TICK));
+                let readable = crate::daemon::poll_readable(&[server.as_fd()], Some(METRICS_TICK));
                 lock(&shared).tick();
                 if readable.is_ok_and(|r| r[0]) {
                     server.accept_pending(&answer);
@@ -292,7 +292,7 @@ impl Metrics {
             .map_err(|e| Error::new(Kind::Io, format!("metrics: cannot start a thread: {e}")))?;
         log(&format!(
             "serving metrics on http://{bound}/metrics (events from {})",
-            cache_dir.join(crate::metrics::events::FILE).display()
+            cache_dir.join(cni_guard::events::FILE).display()
         ));
         Ok(())
     }
@@ -431,5 +431,5 @@ impl Keeper {
 }
 
 fn log(line: &str) {
-    crate::log::to_stderr(&format!("cni-guard keep: {line}"));
+    cni_guard::log::to_stderr(&format!("cni-guard keep: {line}"));
 }

@@ -1,5 +1,5 @@
 //! What the binary says about itself: its version and the commit it was built from
-//! (`cni-guard --version`, `cni_guard_build_info`). `build.rs` names the commit: git's HEAD,
+//! (`cni-guard-agent --version`, `cni_guard_build_info`). `build.rs` names the commit: git's HEAD,
 //! else `CNI_GUARD_COMMIT`, else `unknown` (the rule is in `build_commit.rs`).
 
 /// The crate's version (SemVer).
@@ -7,9 +7,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The first 12 hex digits of the commit built, or `unknown`.
 pub const COMMIT: &str = env!("CNI_GUARD_BUILD_COMMIT");
 
-/// `cni-guard --version`'s line: `cni-guard 0.2.0 (commit 0123456789ab)`.
+/// `cni-guard-agent --version`'s line: `cni-guard-agent 0.3.0-dev (commit 0123456789ab)`.
 pub fn version_line() -> String {
-    format!("cni-guard {VERSION} (commit {COMMIT})")
+    format!("cni-guard-agent {VERSION} (commit {COMMIT})")
 }
 
 #[cfg(test)]
@@ -68,7 +68,10 @@ mod tests {
         );
         assert_eq!(
             super::version_line(),
-            format!("cni-guard {} (commit {commit})", env!("CARGO_PKG_VERSION"))
+            format!(
+                "cni-guard-agent {} (commit {commit})",
+                env!("CARGO_PKG_VERSION")
+            )
         );
     }
 }

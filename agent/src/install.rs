@@ -1,5 +1,7 @@
-//! `cni-guard install`: puts the binary into the CNI bin dir and the guard's conflist into the
-//! conf dir, each as one atomic rename, and only when the content differs.
+//! `cni-guard-agent install`: puts the plugin binary (`cni-guard`, beside the agent unless
+//! `--binary` says otherwise) into the CNI bin dir and the guard's conflist into the conf dir,
+//! each as one atomic rename, and only when the content differs. Only the plugin goes onto the
+//! host: the agent stays in its image.
 //!
 //! Order: the binary first, so the conflist never names a binary that is not there yet. The
 //! refusal check comes before both, so a refused install writes nothing.
@@ -8,24 +10,24 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::files::{conf_files_before, write_atomically, Written};
-use super::spec::{GuardFile, PLUGIN_TYPE, SPEC_FLAGS_HELP};
-use super::Flags;
-use crate::error::{Error, Kind, Result};
+use crate::files::{conf_files_before, write_atomically, Written};
+use crate::spec::{GuardFile, PLUGIN_TYPE, SPEC_FLAGS_HELP};
+use crate::Flags;
+use cni_guard::error::{Error, Kind, Result};
 
 fn help() -> String {
     format!(
         "\
-Usage: cni-guard install --bin-dir DIR --conf-dir DIR --delegate FILE [options]
+Usage: cni-guard-agent install --bin-dir DIR --conf-dir DIR --delegate FILE [options]
 
-Copies this binary to DIR/cni-guard and writes the guard's conflist, each atomically (temp
+Copies the plugin binary to DIR/cni-guard (after asking it for its CNI VERSION) and writes the guard's conflist, each atomically (temp
 file in the same folder, fsync, rename), and neither when its content is already there.
 Refuses, writing nothing, when another config in the conf dir sorts before the guard's file:
 containerd would use that one and the guard would not be in force.
 
 Also written by this process:
   --bin-dir DIR          the CNI bin dir, e.g. /host/opt/cni/bin (required)
-  --binary FILE          the binary to copy [this running binary]
+  --binary FILE          the plugin binary to copy [cni-guard beside this program]
 
 {SPEC_FLAGS_HELP}"
     )
@@ -102,25 +104,41 @@ pub fn refuse_unless_first(conf_dir: &Path, conf_name: &str) -> Result<()> {
     ))
 }
 
+/// The plugin's bytes, once the file has answered CNI VERSION as the plugin does: the agent
+/// itself, or anything else, in the CNI bin dir would fail every pod start on the node.
 fn read_binary(binary: Option<&Path>) -> Result<Vec<u8>> {
-    // /proc/self/exe is this program even when its path is gone or not visible here.
-    let source = binary.unwrap_or(Path::new("/proc/self/exe"));
-    let bytes = match fs::read(source) {
-        Ok(bytes) => bytes,
-        Err(_) if binary.is_none() => std::env::current_exe()
-            .and_then(fs::read)
-            .map_err(|e| Error::new(Kind::Io, format!("reading this program's binary: {e}")))?,
-        Err(e) => {
-            return Err(Error::new(
-                Kind::Io,
-                format!("reading {}: {e}", source.display()),
-            ))
-        }
+    let source = match binary {
+        Some(b) => b.to_owned(),
+        None => std::env::current_exe()
+            .map_err(|e| Error::new(Kind::Io, format!("locating this program: {e}")))?
+            .with_file_name(PLUGIN_TYPE),
     };
-    if bytes.is_empty() {
+    let bytes = fs::read(&source)
+        .map_err(|e| Error::new(Kind::Io, format!("reading {}: {e}", source.display())))?;
+    // Pipes, not /dev/null: an image built FROM scratch has no /dev.
+    let answer = std::process::Command::new(&source)
+        .env_clear()
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            drop(child.stdin.take());
+            child.wait_with_output()
+        });
+    let speaks_cni = answer.as_ref().is_ok_and(|out| {
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|v| v["supportedVersions"].is_array())
+    });
+    if !speaks_cni {
         return Err(Error::new(
             Kind::Misconfigured,
-            format!("{} is empty", source.display()),
+            format!(
+                "{} is not the cni-guard plugin: it does not answer CNI VERSION (nothing was written)",
+                source.display()
+            ),
         ));
     }
     Ok(bytes)

@@ -210,7 +210,8 @@ mod tests {
         let active = Arc::clone(&server.active);
         let answer = answer();
         std::thread::spawn(move || loop {
-            crate::sys::poll_readable(&[server.as_fd()], Some(Duration::from_millis(50))).unwrap();
+            crate::daemon::poll_readable(&[server.as_fd()], Some(Duration::from_millis(50)))
+                .unwrap();
             server.accept_pending(&answer);
         });
         (addr, active)
@@ -233,7 +234,7 @@ mod tests {
         let server = Server::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
         let _silent = TcpStream::connect(addr).unwrap();
-        crate::sys::poll_readable(&[server.as_fd()], Some(Duration::from_secs(5))).unwrap();
+        crate::daemon::poll_readable(&[server.as_fd()], Some(Duration::from_secs(5))).unwrap();
         let start = Instant::now();
         server.accept_pending(&answer());
         // The silent client is someone else's thread now; the caller went on at once.

@@ -15,6 +15,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// The plugin binary, built beside the agent by `cargo test --workspace`.
+fn plugin_binary() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_cni-guard-agent")).with_file_name("cni-guard");
+    assert!(
+        p.exists(),
+        "{} is not built: run cargo test --workspace",
+        p.display()
+    );
+    p
+}
+
 const RESULT: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.9.0.2/24","interface":0}]}"#;
 
 struct Node {
@@ -101,7 +112,7 @@ impl Node {
             ("CNI_IFNAME", Some("eth0".as_ref())),
             ("CNI_PATH", Some(bin.as_os_str())),
         ];
-        let mut c = test_support::command(env!("CARGO_BIN_EXE_cni-guard"), env);
+        let mut c = test_support::command(plugin_binary(), env);
         test_support::run(&mut c, &self.guard_conf())
             .status
             .unwrap_or(-1)
@@ -116,7 +127,7 @@ struct Keep {
 
 impl Keep {
     fn start(node: &Node) -> Keep {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cni-guard"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cni-guard-agent"))
             .env_remove("CNI_COMMAND")
             .arg("keep")
             .args(node.flags())
@@ -217,7 +228,7 @@ fn counts_refusals_execs_and_errors_and_reports_readiness() {
         .keys()
         .find(|k| k.starts_with("cni_guard_build_info{"))
         .expect("cni_guard_build_info");
-    let version_line = std::process::Command::new(env!("CARGO_BIN_EXE_cni-guard"))
+    let version_line = std::process::Command::new(env!("CARGO_BIN_EXE_cni-guard-agent"))
         .arg("--version")
         .env_remove("CNI_COMMAND")
         .output()

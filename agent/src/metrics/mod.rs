@@ -17,7 +17,7 @@
 //! Counters start at 0 when `keep` starts (it begins a new events file), as a process's own
 //! counters do.
 
-pub mod events;
+use cni_guard::events;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -203,7 +203,7 @@ impl Collector {
         }
         let _ = writeln!(
             out,
-            "# HELP cni_guard_ready Whether ADD would proceed on this node now (1) or be refused (0), from the same checks as cni-guard check.\n\
+            "# HELP cni_guard_ready Whether ADD would proceed on this node now (1) or be refused (0), from the same checks as cni-guard-agent check.\n\
              # TYPE cni_guard_ready gauge\n\
              cni_guard_ready {}",
             u8::from(self.ready == Some(true))

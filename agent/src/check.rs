@@ -1,4 +1,4 @@
-//! `cni-guard check`: would ADD proceed on this node now? One line per precondition, for a
+//! `cni-guard-agent check`: would ADD proceed on this node now? One line per precondition, for a
 //! person (✓/✗, the path, the reason) or as JSON; exit 0 only when ready. The DaemonSet's
 //! readiness probe.
 //!
@@ -11,15 +11,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::files::{conf_files, under_root};
-use super::Flags;
-use crate::config::GuardConfig;
-use crate::error::{code, Error, Kind, Result};
-use crate::readiness::{self, Precondition};
-use crate::request::Command;
+use crate::files::{conf_files, under_root};
+use crate::Flags;
+use cni_guard::config::GuardConfig;
+use cni_guard::error::{code, Error, Kind, Result};
+use cni_guard::readiness::{self, Precondition};
+use cni_guard::request::Command;
 
 const HELP: &str = "\
-Usage: cni-guard check --config FILE [--host-root DIR] [--cni-path DIRS] [--json]
+Usage: cni-guard-agent check --config FILE [--host-root DIR] [--cni-path DIRS] [--json]
 
 Says whether ADD would proceed now, one line per precondition: the delegate, each attachment,
 each plugin binary they name, recursion (a configuration that names cni-guard, or whose Multus

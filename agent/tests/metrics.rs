@@ -30,13 +30,15 @@ const RESULT: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ip
 
 struct Node {
     dir: tempfile::TempDir,
+    /// The guard's cacheDir: `cache` in the node's folder unless a test moves it.
+    cache: PathBuf,
 }
 
 impl Node {
     fn new() -> Node {
-        let node = Node {
-            dir: tempfile::tempdir().unwrap(),
-        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let node = Node { dir, cache };
         for d in ["net.d", "multus", "bin", "cache"] {
             std::fs::create_dir(node.path(d)).unwrap();
         }
@@ -83,7 +85,7 @@ impl Node {
         vec![
             format!("--conf-dir={}", self.path("net.d").display()),
             format!("--delegate={}", self.delegate().display()),
-            format!("--cache-dir={}", self.path("cache").display()),
+            format!("--cache-dir={}", self.cache.display()),
             // Refuse at once: these tests count refusals, not waits.
             "--wait-seconds=0".to_owned(),
         ]
@@ -273,6 +275,66 @@ fn counts_refusals_execs_and_errors_and_reports_readiness() {
             "{verb} {decision}"
         );
     }
+}
+
+/// A node whose `/var/lib` is a symlink (a separate data disk): the cache dir's path goes
+/// through it, and every decision is still counted. Only the events file itself must not be a
+/// symlink.
+#[test]
+fn counts_through_a_symlinked_ancestor_of_the_cache_dir() {
+    let mut node = Node::new();
+    std::fs::create_dir_all(node.path("data/var-lib")).unwrap();
+    std::os::unix::fs::symlink(node.path("data/var-lib"), node.path("var-lib")).unwrap();
+    node.cache = node.path("var-lib/cni/cni-guard");
+    let keep = Keep::start(&node);
+    assert!(node.cache.join(".metrics-events").exists());
+    assert_eq!(node.cni("ADD", "c1"), 1);
+    let start = Instant::now();
+    loop {
+        let s = samples(&keep.scrape());
+        let refused = r#"cni_guard_decisions_total{verb="add",decision="refused"}"#;
+        if get(&s, refused) == 1.0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the refusal was never counted: {s:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A delegate the guard would exec but cannot (its interpreter is missing): the ADD fails with
+/// 999 naming it, and is counted as the error it is, not as an exec.
+#[test]
+fn a_failed_exec_is_counted_as_an_error() {
+    let node = Node::new();
+    node.script("bin/broken", "#!/nonexistent/interpreter\n");
+    let list = json!({"cniVersion":"1.0.0","name":"multus","plugins":[{"type":"broken"}]});
+    std::fs::write(node.delegate(), serde_json::to_vec(&list).unwrap()).unwrap();
+    let keep = Keep::start(&node);
+    assert_eq!(node.cni("ADD", "c1"), 1);
+    let start = Instant::now();
+    let s = loop {
+        let s = samples(&keep.scrape());
+        let counted: f64 = ["exec", "error", "child", "refused"]
+            .iter()
+            .map(|d| get(&s, &format!(r#"cni_guard_decisions_total{{verb="add",decision="{d}"}}"#)))
+            .sum();
+        if counted >= 1.0 {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{s:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        get(&s, r#"cni_guard_decisions_total{verb="add",decision="exec"}"#),
+        0.0
+    );
+    assert_eq!(
+        get(&s, r#"cni_guard_decisions_total{verb="add",decision="error"}"#),
+        1.0
+    );
 }
 
 #[test]

@@ -113,6 +113,48 @@ fn set_old_mtime(path: &Path) -> SystemTime {
 mod install {
     use super::*;
 
+    /// The guard's entry of the conflist `install` wrote, as the runtime passes it to the
+    /// plugin, parsed by the plugin's own configuration code (its defaults applied).
+    fn installed_config(node: &Node) -> cni_guard::config::GuardConfig {
+        let list: serde_json::Value =
+            serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+        let mut entry = list["plugins"][0].clone();
+        entry["name"] = list["name"].clone();
+        entry["cniVersion"] = list["cniVersion"].clone();
+        cni_guard::config::GuardConfig::parse(&serde_json::to_vec(&entry).unwrap()).unwrap()
+    }
+
+    /// kubelet runs StopPodSandbox (the CNI DEL) under its 2-minute --runtime-request-timeout
+    /// and RunPodSandbox (ADD) under twice that; the runtime's context ends the plugin there.
+    /// As installed, each verb's whole budget ends well before: DEL by its lock wait, its wait
+    /// for the delegate and the delegate's own runs together.
+    #[test]
+    fn the_installed_budgets_end_well_under_kubelets_deadlines() {
+        let node = Node::new();
+        let out = node.install(&[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(!text(&out.stderr).contains("kubelet"), "{}", text(&out.stderr));
+        let cfg = installed_config(&node);
+        let del = cfg.lock_wait + cfg.del_wait + cfg.delegate_timeout;
+        let add = cfg.lock_wait + cfg.wait + cfg.delegate_timeout;
+        assert!(del <= Duration::from_secs(100), "DEL may take {del:?}");
+        assert!(add <= Duration::from_secs(200), "ADD may take {add:?}");
+    }
+
+    /// A configured budget past kubelet's deadline is said loudly, naming the keys to change.
+    #[test]
+    fn warns_when_a_budget_passes_kubelets_deadline() {
+        let node = Node::new();
+        let out = node.install(&["--del-wait-seconds=100"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("warning") && err.contains("DEL") && err.contains("120 s"),
+            "{err}"
+        );
+        assert!(err.contains("delWaitSeconds"), "{err}");
+    }
+
     #[test]
     fn writes_the_binary_and_the_conflist_with_host_paths() {
         let node = Node::new();
@@ -729,6 +771,25 @@ mod check {
                 .unwrap();
             (out.status.code(), text(&out.stdout))
         }
+    }
+
+    /// A conflist whose DEL budget passes kubelet's StopPodSandbox deadline: check says so on
+    /// a line of its own (a warning: readiness is not affected).
+    #[test]
+    fn warns_of_a_budget_past_kubelets_deadline() {
+        let host = Host::ready();
+        let conflist = host.path("etc/cni/net.d/00-cni-guard.conflist");
+        let mut list: serde_json::Value =
+            serde_json::from_slice(&fs::read(&conflist).unwrap()).unwrap();
+        list["plugins"][0]["delegateTimeoutSeconds"] = 100.into();
+        fs::write(&conflist, serde_json::to_vec(&list).unwrap()).unwrap();
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(0), "{report}");
+        let warning = report
+            .lines()
+            .find(|l| l.starts_with("! budget"))
+            .unwrap_or_else(|| panic!("no budget warning:\n{report}"));
+        assert!(warning.contains("DEL") && warning.contains("120 s"), "{warning}");
     }
 
     /// The one line for `check`, asserting there is exactly one failing line and it is it.

@@ -163,6 +163,11 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
     let (reply_version, result) = match request::read_stdin(stdin) {
         Ok(bytes) => {
             let v = config::reply_version(&bytes);
+            // Test builds only: a way to reach the panic hook from outside.
+            #[cfg(debug_assertions)]
+            if getenv("CNI_GUARD_DEBUG_PANIC").is_some() {
+                panic!("CNI_GUARD_DEBUG_PANIC is set");
+            }
             (v, dispatch(getenv, bytes, &mut ctx))
         }
         Err(e) => (crate::version::LATEST.to_owned(), Err(e)),

@@ -64,6 +64,11 @@ mod harness {
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/plugins/fake-plugin");
             std::os::unix::fs::symlink(fake, self.path("bin").join(ty)).unwrap();
         }
+        /// Makes a fake plugin sleep before it answers a verb.
+        pub fn sleep(&self, ty: &str, cmd: &str, seconds: f64) {
+            std::fs::write(self.path(&format!("fake/{ty}.{cmd}.sleep")), seconds.to_string())
+                .unwrap();
+        }
         /// Tells a fake plugin what to answer to a verb.
         pub fn answer(&self, ty: &str, cmd: &str, out: &str, rc: i32) {
             std::fs::write(self.path(&format!("fake/{ty}.{cmd}.out")), out).unwrap();
@@ -321,6 +326,28 @@ mod add {
         .unwrap();
         let e = fx.run("ADD", &fx.guard("1.0.0", json!({}))).error(11);
         assert!(e["msg"].as_str().unwrap().contains("not valid JSON"), "{e}");
+        assert!(fx.calls().is_empty());
+    }
+
+    /// A delegate file that is whole but that no wait can make usable (a cniVersion the guard
+    /// cannot run, a type that is no file name): a misconfiguration of whoever writes it, code
+    /// 7 at once, saying so; not 11 after the wait.
+    #[test]
+    fn refuses_a_delegate_waiting_cannot_fix_with_code_7_at_once() {
+        let fx = Fx::new();
+        fx.plugin("multus-shim");
+        let conf = fx.guard("1.0.0", json!({"waitSeconds": 3, "delegateWriter": "Multus"}));
+        for (body, says) in [
+            (json!({"cniVersion":"9.9.9","name":"m","type":"multus-shim"}), "cniVersion"),
+            (json!({"cniVersion":"1.0.0","name":"m","type":"../multus-shim"}), "type"),
+        ] {
+            fx.file("net.d/00-multus.conf", &body);
+            let start = Instant::now();
+            let e = fx.run("ADD", &conf).error(7);
+            assert!(start.elapsed() < Duration::from_secs(2), "{e}");
+            let msg = e["msg"].as_str().unwrap();
+            assert!(msg.contains(says) && msg.contains("written by Multus"), "{e}");
+        }
         assert!(fx.calls().is_empty());
     }
 
@@ -1043,6 +1070,25 @@ mod check {
         assert!(fx.calls().is_empty());
     }
 
+    /// CHECK judges an attachment by the delegate recorded at its ADD, as DEL tears it down
+    /// with it: not by whatever the delegate file says now, nor only while it is there.
+    #[test]
+    fn checks_with_the_delegate_recorded_at_add() {
+        let fx = Fx::new();
+        fx.plugin("first");
+        fx.plugin("second");
+        fx.answer("first", "ADD", &result("1.0.0", "10.1.0.5/24"), 0);
+        fx.delegate("first", "1.0.0");
+        fx.run("ADD", &fx.guard("1.0.0", json!({}))).ok();
+        // The delegate file now names another plugin.
+        fx.delegate("second", "1.0.0");
+        fx.run("CHECK", &with_prev(&fx, "1.0.0")).ok();
+        // And then it is gone.
+        std::fs::remove_file(fx.delegate_path()).unwrap();
+        fx.run("CHECK", &with_prev(&fx, "1.0.0")).ok();
+        assert_eq!(fx.calls(), ["first ADD", "first CHECK", "first CHECK"]);
+    }
+
     #[test]
     fn a_guard_before_0_4_0_has_no_check() {
         let fx = Fx::new();
@@ -1435,6 +1481,34 @@ mod per_pod {
         fx.run_env("DEL", &with_prev, &POD).ok();
         assert!(fx.received("cilium-cni", "DEL").get("prevResult").is_none());
     }
+
+    /// A record-less DEL runs Multus's DEL and then the primary's: one deadline,
+    /// `delegateTimeoutSeconds`, bounds all of them together (each plugin with its share of
+    /// what is left), not one deadline per list. Every plugin still gets its chance.
+    #[test]
+    fn a_record_less_del_runs_both_lists_under_one_deadline() {
+        let fx = fx();
+        primary(&fx);
+        fx.delegate("multus-shim", "1.0.0");
+        for t in ["multus-shim", "portmap", "cilium-cni"] {
+            fx.sleep(t, "DEL", 30.0);
+        }
+        let c = conf(&fx, Some(json!({})), json!({"delegateTimeoutSeconds": 3}));
+        let start = Instant::now();
+        let r = fx.run_env("DEL", &c, &POD);
+        let took = start.elapsed();
+        let e = r.error(999);
+        assert!(e["msg"].as_str().unwrap().contains("was killed"), "{e}");
+        assert_eq!(
+            fx.calls(),
+            ["multus-shim DEL", "portmap DEL", "cilium-cni DEL"],
+            "every plugin had its chance"
+        );
+        assert!(
+            took < Duration::from_millis(3900),
+            "DEL took {took:?} under a 3 s delegateTimeoutSeconds"
+        );
+    }
 }
 
 /// Logging is best effort on every path: with no syslog socket and stderr full or a closed
@@ -1538,6 +1612,25 @@ mod bad_input {
             assert!(e["msg"].as_str().unwrap().contains(name), "{name}: {e}");
         }
         assert_eq!(e["cniVersion"], "1.0.0");
+    }
+
+    /// A panic (reached in test builds through CNI_GUARD_DEBUG_PANIC) still answers in the
+    /// spec's terms, in the request's cniVersion.
+    #[test]
+    fn a_panic_answers_999_in_the_requests_version() {
+        let fx = Fx::new();
+        for version in ["0.4.0", "1.0.0"] {
+            let r = fx.run_env(
+                "ADD",
+                &fx.guard(version, json!({})),
+                &[("CNI_GUARD_DEBUG_PANIC", Some("1"))],
+            );
+            assert_ne!(r.status, 0);
+            let v: serde_json::Value = serde_json::from_str(&r.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {:?} {:?}", r.stdout, r.stderr));
+            assert_eq!(v["code"], 999, "{v}");
+            assert_eq!(v["cniVersion"], version, "{v}");
+        }
     }
 
     #[test]

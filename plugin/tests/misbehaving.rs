@@ -459,3 +459,135 @@ fn one_deadline_bounds_a_hanging_add_and_its_hanging_rollback() {
         add.took
     );
 }
+
+/// Runs the guard for ADD on `c1` with its stderr on a pipe that nobody reads (a runtime that
+/// stopped reading, or a log pipe that is full), and gives it `limit` to finish: past it the
+/// guard is killed and the test fails.
+fn run_with_unread_stderr(fx: &Fx, conf: &[u8], limit: Duration) -> (Done, bool) {
+    let no_syslog = fx.path("no-syslog");
+    let bin = fx.path("bin");
+    let out = fx.path("out/unread-stderr");
+    let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
+        ("PATH", Some("/usr/bin:/bin".as_ref())),
+        ("CNI_GUARD_SYSLOG", Some(no_syslog.as_os_str())),
+        ("CNI_COMMAND", Some("ADD".as_ref())),
+        ("CNI_CONTAINERID", Some("c1".as_ref())),
+        ("CNI_NETNS", Some("/run/netns/test".as_ref())),
+        ("CNI_IFNAME", Some("eth0".as_ref())),
+        ("CNI_PATH", Some(bin.as_os_str())),
+    ];
+    let start = Instant::now();
+    let mut child = test_support::command(env!("CARGO_BIN_EXE_cni-guard"), env)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(conf).unwrap();
+    // Held open and never read.
+    let _unread = child.stderr.take();
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            killed = true;
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let done = Done {
+        status: status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(out).unwrap(),
+        took: start.elapsed(),
+    };
+    (done, killed)
+}
+
+/// A delegate that writes more to stderr than the runtime's pipe holds, to a runtime that does
+/// not read it: the relay must never hold the guard (it drops what does not fit), so the result
+/// still arrives, and in time.
+#[test]
+fn a_stderr_nobody_reads_never_holds_the_guard() {
+    let fx = Fx::new();
+    let spew = "head -c 1048576 /dev/zero | tr '\\0' x >&2";
+    fx.plugin("first", spew);
+    fx.plugin("second", spew);
+    fx.delegate(&["first", "second"]);
+    let (done, killed) = run_with_unread_stderr(&fx, &fx.guard(json!({})), Duration::from_secs(20));
+    assert!(!killed, "the guard was still writing stderr after {:?}", done.took);
+    done.ok().prompt("ADD with an unread stderr");
+    assert_eq!(done.reply()["ips"][0]["address"], "10.9.0.2/24");
+}
+
+/// A delegate that floods stderr without end and never finishes, relayed to a runtime that reads
+/// the guard's stderr slower than that: the relay reads a bounded amount per wake-up and never
+/// waits to write it, so the deadline is still checked and the plugin killed at it.
+#[test]
+fn a_delegate_flooding_stderr_is_killed_at_the_deadline() {
+    let fx = Fx::new();
+    // Writers enough that the pipe is never found empty.
+    fx.plugin(
+        "first",
+        "for i in 1 2 3 4 5 6; do cat /dev/zero >&2 & done; exec cat /dev/zero >&2",
+    );
+    fx.plugin("second", "");
+    fx.delegate(&["first", "second"]);
+    let no_syslog = fx.path("no-syslog");
+    let bin = fx.path("bin");
+    let out = fx.path("out/flood");
+    let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
+        ("PATH", Some("/usr/bin:/bin".as_ref())),
+        ("CNI_GUARD_SYSLOG", Some(no_syslog.as_os_str())),
+        ("CNI_COMMAND", Some("ADD".as_ref())),
+        ("CNI_CONTAINERID", Some("c1".as_ref())),
+        ("CNI_NETNS", Some("/run/netns/test".as_ref())),
+        ("CNI_IFNAME", Some("eth0".as_ref())),
+        ("CNI_PATH", Some(bin.as_os_str())),
+    ];
+    let start = Instant::now();
+    let mut child = test_support::command(env!("CARGO_BIN_EXE_cni-guard"), env)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fx.guard(json!({"delegateTimeoutSeconds": 1})))
+        .unwrap();
+    // The runtime reads the guard's stderr, slower than the flood comes.
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while matches!(std::io::Read::read(&mut err, &mut buf), Ok(n) if n > 0) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let mut finished = false;
+    while start.elapsed() < Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            finished = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = start.elapsed();
+    if !finished {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = reader.join();
+    assert!(finished, "the guard still relayed the flood after {took:?}");
+    let reply: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(reply["code"], 999, "{reply}");
+    assert!(
+        reply["msg"].as_str().unwrap().contains("was killed"),
+        "{reply}"
+    );
+    assert!(took < PROMPT, "took {took:?}");
+}

@@ -740,3 +740,85 @@ fn full_and_read_only_cache_dir() {
         reply["msg"]
     );
 }
+
+/// A delegate plugin stuck in uninterruptible sleep (it writes to a frozen file system, so
+/// SIGKILL does not end it until the file system thaws): the guard kills its group at the
+/// deadline and answers then, within a short grace, instead of waiting for the kernel to let the
+/// plugin die. The plugin is reaped by whoever inherits it.
+#[test]
+#[ignore = "root-only fault suite: run by scripts/test.d/50-hardening.sh"]
+fn a_delegate_in_uninterruptible_sleep() {
+    if !can_run(
+        "a_delegate_in_uninterruptible_sleep",
+        true,
+        &["mount", "umount", "mkfs.ext4", "fsfreeze", "truncate", "sh"],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let image = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("frozen");
+    std::fs::create_dir(&mnt).unwrap();
+    for cmd in [
+        vec!["truncate", "-s", "32M", image.to_str().unwrap()],
+        vec!["mkfs.ext4", "-q", image.to_str().unwrap()],
+        vec!["mount", "-o", "loop", image.to_str().unwrap(), mnt.to_str().unwrap()],
+    ] {
+        let st = std::process::Command::new(cmd[0]).args(&cmd[1..]).status().unwrap();
+        assert!(st.success(), "{cmd:?}");
+    }
+    struct Thaw(PathBuf);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("fsfreeze").arg("-u").arg(&self.0).status();
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let thaw = Thaw(mnt.clone());
+    let st = std::process::Command::new("fsfreeze").arg("-f").arg(&mnt).status().unwrap();
+    assert!(st.success(), "fsfreeze -f");
+    // Two plugins, so the guard runs them as its children; the first blocks in the kernel.
+    script(
+        &bin,
+        "stuck",
+        &format!("cat >/dev/null; echo x > '{}/file'", mnt.display()),
+    );
+    script(&bin, "second", "cat >/dev/null; echo '{}'");
+    let delegate = tmp.path().join("00-multus.conflist");
+    std::fs::write(
+        &delegate,
+        json!({"cniVersion":"1.0.0","name":"d","plugins":[{"type":"stuck"},{"type":"second"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let conf = json!({"cniVersion":"1.0.0","name":"guarded","type":"cni-guard",
+        "delegate": delegate, "cacheDir": tmp.path().join("cache"), "delegateTimeoutSeconds": 2});
+    let start = Instant::now();
+    let out = Invocation {
+        command: "ADD",
+        container: "stuck1",
+        ifname: "eth0",
+        netns: "/run/netns/none",
+        cni_path: &bin,
+        config: &conf,
+        host: None,
+        extra_env: vec![],
+    }
+    .run(LIMIT);
+    let took = start.elapsed();
+    let reply = out.json();
+    assert_eq!(reply["code"], 999, "{reply}");
+    assert!(
+        reply["msg"].as_str().unwrap().contains("stuck"),
+        "names the plugin: {reply}"
+    );
+    // The deadline (2 s, the rollback's share included) and a short grace: not the 10 s the
+    // file system stays frozen.
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(start.elapsed()));
+    drop(thaw);
+    eprintln!("a_delegate_in_uninterruptible_sleep: answered after {took:?}");
+}

@@ -607,6 +607,30 @@ mod tests {
         assert_eq!(std::fs::read_dir(s.dir()).unwrap().count(), 0);
     }
 
+    /// Everything after the open goes through the directory it opened: swapped for another
+    /// directory at the same path, the store still lists (and so GC removes) its own records,
+    /// and never those of what now has its name.
+    #[test]
+    fn lists_the_directory_it_opened_not_what_has_its_path_now() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let mut s = Store::create(&cache, "g", W).unwrap();
+        s.write(&record("c1")).unwrap();
+        drop(s);
+        let mut s = Store::open_existing(&cache, "g", W).unwrap().unwrap();
+        std::fs::rename(cache.join("g"), cache.join("moved")).unwrap();
+        let mut other = Store::create(&cache, "g", W).unwrap();
+        other.write(&record("planted")).unwrap();
+        drop(other);
+        let listed = s.list().unwrap();
+        assert_eq!(listed, vec![("c1".to_owned(), "eth0".to_owned())]);
+        for (id, ifname) in listed {
+            s.remove(&id, &ifname).unwrap();
+        }
+        assert!(cache.join("g/planted:eth0.json").exists());
+        assert!(!cache.join("moved/c1:eth0.json").exists());
+    }
+
     #[test]
     fn refuses_symlinked_or_open_cache_dirs() {
         let d = tempfile::tempdir().unwrap();

@@ -13,10 +13,11 @@ use serde::Serialize;
 
 use crate::files::{conf_files, under_root};
 use crate::Flags;
-use cni_guard::config::GuardConfig;
+use cni_guard::config::{Entry, GuardConfig, GUARD_TYPE, KUBELET_RUNTIME_REQUEST_TIMEOUT};
 use cni_guard::error::{code, Error, Kind, Result};
-use cni_guard::readiness::{self, Precondition};
+use cni_guard::readiness::{self, Subject};
 use cni_guard::request::Command;
+use serde_json::Value;
 
 const HELP: &str = "\
 Usage: cni-guard-agent check --config FILE [--host-root DIR] [--cni-path DIRS] [--json]
@@ -107,6 +108,8 @@ struct Verdict {
     message: Option<String>,
     items: Vec<Line>,
     warnings: Vec<String>,
+    /// A verb's deadline past kubelet's (`GuardConfig::budget_warnings`): said, not refused.
+    budget: Vec<String>,
 }
 
 pub fn run(args: Vec<OsString>) -> Result<i32> {
@@ -215,9 +218,10 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         message: None,
         items: Vec::new(),
         warnings: Vec::new(),
+        budget: Vec::new(),
     };
 
-    let host_config = match GuardConfig::from_conflist_file(config) {
+    let host_config = match load_conflist(config) {
         Ok(cfg) => cfg,
         Err(e) => {
             verdict.items.push(Line {
@@ -255,19 +259,19 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
 
     let report = readiness::check(&cfg, &cni_path);
     for item in &report.items {
-        let (check, plugin_type) = match &item.what {
-            Precondition::Delegate => ("delegate", None),
-            Precondition::Attachment => ("attachment", None),
-            Precondition::Plugin(t) => ("plugin", Some(t.clone())),
-            Precondition::Permissions => ("permissions", None),
-            Precondition::Socket => ("socket", None),
+        let (check, plugin_type) = match &item.subject {
+            Subject::Delegate => ("delegate", None),
+            Subject::Attachment => ("attachment", None),
+            Subject::Plugin(t) => ("plugin", Some(t.clone())),
+            Subject::Permissions => ("permissions", None),
+            Subject::Socket => ("socket", None),
         };
         verdict.items.push(Line {
             check,
             plugin_type,
             path: shown(&item.path),
             ok: item.ok(),
-            reason: unroot(item.reason().to_owned()),
+            reason: unroot(item.reason()),
         });
     }
 
@@ -276,14 +280,14 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
     let recursive = report
         .items
         .iter()
-        .find(|i| i.fatal() && matches!(i.what, Precondition::Delegate | Precondition::Attachment));
+        .find(|i| i.fatal() && matches!(i.subject, Subject::Delegate | Subject::Attachment));
     verdict.items.push(match recursive {
         Some(item) => Line {
             check: "recursion",
             plugin_type: None,
             path: shown(&item.path),
             ok: false,
-            reason: unroot(item.reason().to_owned()),
+            reason: unroot(item.reason()),
         },
         None => Line {
             check: "recursion",
@@ -313,6 +317,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         .iter()
         .map(|p| format!("{} is writable by group or others", shown(p)))
         .collect();
+    verdict.budget = cfg.budget_warnings(KUBELET_RUNTIME_REQUEST_TIMEOUT);
 
     match report.error() {
         Some(e) => {
@@ -328,6 +333,38 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         None => verdict.ready = true,
     }
     verdict
+}
+
+/// Loads the guard's entry from its conflist, as the runtime would pass it to the plugin: the
+/// first plugin of type `cni-guard`, with the list's `name` and `cniVersion`.
+pub fn load_conflist(path: &Path) -> Result<GuardConfig> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::new(Kind::Io, format!("cannot read {}: {e}", path.display())))?;
+    let bad = |why: String| Error::new(Kind::BadInput, format!("{} {why}", path.display()));
+    let list: Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("cannot be decoded: {e}")))?;
+    let list = list
+        .as_object()
+        .ok_or_else(|| bad("is not a JSON object".to_owned()))?;
+    let is_guard = |p: &&serde_json::Map<String, Value>| {
+        p.get("type").and_then(Value::as_str) == Some(GUARD_TYPE)
+    };
+    let entry = match list.get("plugins") {
+        Some(Value::Array(plugins)) => plugins.iter().filter_map(Value::as_object).find(is_guard),
+        _ => Some(list).filter(is_guard),
+    };
+    let mut entry = entry.cloned().ok_or_else(|| {
+        Error::new(
+            Kind::Misconfigured,
+            format!("{} has no plugin of type {GUARD_TYPE:?}", path.display()),
+        )
+    })?;
+    for key in ["name", "cniVersion"] {
+        if let Some(v) = list.get(key) {
+            entry.insert(key.into(), v.clone());
+        }
+    }
+    Ok(Entry::from_value(Value::Object(entry))?.validate()?)
 }
 
 /// `text` with every path under `root` said as the host path (`/host/etc/...` as `/etc/...`
@@ -401,6 +438,9 @@ fn render(verdict: &Verdict) -> String {
     }
     for warning in &verdict.warnings {
         out.push_str(&format!("! {:<11}{warning}\n", "warning"));
+    }
+    for warning in &verdict.budget {
+        out.push_str(&format!("! {:<11}{warning}\n", "budget"));
     }
     let summary = match (verdict.code, &verdict.message) {
         _ if verdict.ready => "ready: ADD would proceed now".to_string(),

@@ -68,6 +68,9 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     }
 
     refuse_unless_first(conf_dir, &spec.conf_name)?;
+    for warning in spec.budget_warnings() {
+        cni_guard::log::to_stderr(&format!("cni-guard install: warning: {warning}"));
+    }
 
     let program = read_binary(binary.as_deref())?;
     let outcome = write_atomically(&bin_dir, PLUGIN_TYPE, &program, 0o755).map_err(|e| {

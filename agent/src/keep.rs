@@ -87,6 +87,9 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         }
     }
     let conf_dir = spec.validate()?.to_path_buf();
+    for warning in spec.budget_warnings() {
+        log(&format!("warning: {warning}"));
+    }
     let keeper = Keeper {
         path: conf_dir.join(&spec.conf_name),
         dir: conf_dir,

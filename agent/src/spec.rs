@@ -9,12 +9,13 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Number, Value};
 
 use crate::{Flags, SPEC_VERSIONS};
 use cni_guard::config::{
-    Entry, Field, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, LOCK_WAIT, STATUS_TIMEOUT, WAIT,
+    Entry, GuardConfig, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, KUBELET_RUNTIME_REQUEST_TIMEOUT,
+    LOCK_WAIT, STATUS_TIMEOUT, WAIT,
 };
 use cni_guard::error::{Error, Kind, Result};
 
@@ -46,10 +47,10 @@ Conflist settings:
   --wait-seconds N       how long ADD waits for the delegate before refusing [60]
   --del-wait-seconds N   how long a DEL waits for the delegate it recorded before running it
                          anyway (a daemon's client may answer success for a DEL it never ran)
-                         [60, whatever --wait-seconds says]
+                         [40, whatever --wait-seconds says]
   --delegate-timeout-seconds N
                          one deadline for all of a verb's delegate plugins run as the guard's
-                         children, rollback included [plugin default: 120]
+                         children, rollback included [plugin default: 40]
   --lock-wait-seconds N  bound on waiting for another guard process on the same attachment
                          [plugin default: 10]
   --status-timeout-seconds N
@@ -146,8 +147,8 @@ const KEY_FLAGS: [(&str, &str, Takes); 18] = [
 /// `--wait-seconds` says otherwise (the plugin's own default, for a hand-written conflist, is 0).
 /// Measured on the real node: with 0, a pod created while Multus restarts runs 12-13 s after
 /// Multus is back (kubelet's back-off); with a wait it runs within about a second (the inotify
-/// wake-up). 60 s covers a Multus restart and, with the per-verb delegate deadline (120 s) and
-/// the lock wait (10 s), stays well under kubelet's four-minute RunPodSandbox deadline.
+/// wake-up). 60 s covers a Multus restart and, with the delegate's deadline (40 s) and the lock
+/// wait (10 s), ends within 110 s, well under kubelet's four-minute RunPodSandbox deadline.
 pub const INSTALL_WAIT_SECONDS: u64 = 60;
 
 /// How long a DEL waits for the delegate it recorded in the conflist `install` and `keep` write,
@@ -159,7 +160,10 @@ pub const INSTALL_WAIT_SECONDS: u64 = 60;
 /// DEL wait one churn run left three net1 leases. The wait holds a pod's deletion, never a new
 /// pod; it ends the moment Multus is back (inotify), and a DEL the runtime gives up on keeps
 /// its record, so the retried DEL still tears down.
-pub const INSTALL_DEL_WAIT_SECONDS: u64 = 60;
+/// 40 s: with the lock wait (10 s) and the delegate's own deadline (40 s) a DEL ends within
+/// 90 s, well inside kubelet's 2-minute StopPodSandbox deadline (a Multus restart takes 10-14 s
+/// here).
+pub const INSTALL_DEL_WAIT_SECONDS: u64 = 40;
 
 /// The flag that sets `key`, for messages; the key itself when no flag does.
 fn flag_for(key: &str) -> &str {
@@ -192,8 +196,8 @@ impl Default for GuardFile {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Conflist<'a> {
-    cni_version: &'a Field<String>,
-    name: &'a Field<String>,
+    cni_version: &'a Option<Value>,
+    name: &'a Option<String>,
     plugins: [&'a Entry; 1],
 }
 
@@ -308,9 +312,8 @@ impl GuardFile {
                 other => *other = serde_json::json!({ cni_guard::perpod::POD_ANNOTATIONS: true }),
             }
         }
-        // Cannot fail: every key of the schema takes any JSON value (a wrong one is refused by
-        // `validate`, not by decoding), and an object has no duplicate keys.
-        Entry::deserialize(Value::Object(keys)).expect("an object decodes as an entry")
+        // Cannot fail: every flag gives its key a value of the schema's type.
+        Entry::from_value(Value::Object(keys)).expect("the flags' keys decode as an entry")
     }
 
     /// Checks the flags together, by the plugin's own rules; returns the conf dir to write into.
@@ -339,6 +342,15 @@ impl GuardFile {
             return Err(Error::usage(message));
         }
         Ok(conf_dir)
+    }
+
+    /// What the conflist's deadlines say against kubelet's (`GuardConfig::budget_warnings`),
+    /// for `install` and `keep` to say loudly; empty when each verb ends in time.
+    pub fn budget_warnings(&self) -> Vec<String> {
+        self.entry()
+            .validate()
+            .map(|cfg: GuardConfig| cfg.budget_warnings(KUBELET_RUNTIME_REQUEST_TIMEOUT))
+            .unwrap_or_default()
     }
 
     /// The conflist's bytes: deterministic for the same flags, so an unchanged setup is
@@ -404,10 +416,10 @@ mod tests {
             }
         }
         let mut fields: &'static [&'static str] = &[];
-        let _ = cni_guard::config::Entry::deserialize(Probe(&mut fields));
+        let _ = <cni_guard::config::Entry as serde::Deserialize>::deserialize(Probe(&mut fields));
         fields
     }
-    use cni_guard::config::{GuardConfig, INJECTED_KEYS};
+    use cni_guard::config::INJECTED_KEYS;
 
     /// A `GuardFile` from conflist flags, as `install` and `keep` build it.
     fn file(args: &[&str]) -> Result<GuardFile> {
@@ -450,7 +462,7 @@ mod tests {
         "/etc/cni/multus/net.d/05-cilium.conflist"
       ],
       "waitSeconds": 60,
-      "delWaitSeconds": 60,
+      "delWaitSeconds": 40,
       "cacheDir": "/var/lib/cni/cni-guard",
       "capabilities": {
         "portMappings": true
@@ -509,7 +521,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(&spec.conf_name);
         std::fs::write(&path, spec.render()).unwrap();
-        let cfg = GuardConfig::from_conflist_file(&path).unwrap();
+        let cfg = crate::check::load_conflist(&path).unwrap();
         assert_eq!(cfg.delegate, PathBuf::from("/etc/cni/net.d/00-multus.conf"));
         assert_eq!(
             cfg.attachments,

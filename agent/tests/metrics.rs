@@ -319,7 +319,12 @@ fn a_failed_exec_is_counted_as_an_error() {
         let s = samples(&keep.scrape());
         let counted: f64 = ["exec", "error", "child", "refused"]
             .iter()
-            .map(|d| get(&s, &format!(r#"cni_guard_decisions_total{{verb="add",decision="{d}"}}"#)))
+            .map(|d| {
+                get(
+                    &s,
+                    &format!(r#"cni_guard_decisions_total{{verb="add",decision="{d}"}}"#),
+                )
+            })
             .sum();
         if counted >= 1.0 {
             break s;
@@ -328,11 +333,17 @@ fn a_failed_exec_is_counted_as_an_error() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(
-        get(&s, r#"cni_guard_decisions_total{verb="add",decision="exec"}"#),
+        get(
+            &s,
+            r#"cni_guard_decisions_total{verb="add",decision="exec"}"#
+        ),
         0.0
     );
     assert_eq!(
-        get(&s, r#"cni_guard_decisions_total{verb="add",decision="error"}"#),
+        get(
+            &s,
+            r#"cni_guard_decisions_total{verb="add",decision="error"}"#
+        ),
         1.0
     );
 }

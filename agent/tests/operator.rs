@@ -133,7 +133,11 @@ mod install {
         let node = Node::new();
         let out = node.install(&[]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        assert!(!text(&out.stderr).contains("kubelet"), "{}", text(&out.stderr));
+        assert!(
+            !text(&out.stderr).contains("kubelet"),
+            "{}",
+            text(&out.stderr)
+        );
         let cfg = installed_config(&node);
         let del = cfg.lock_wait + cfg.del_wait + cfg.delegate_timeout;
         let add = cfg.lock_wait + cfg.wait + cfg.delegate_timeout;
@@ -183,7 +187,7 @@ mod install {
                     "attachments": ["/etc/cni/multus/net.d/05-cilium.conflist"],
                     "waitSeconds": 3,
                     // DEL's wait is install's own, whatever ADD's.
-                    "delWaitSeconds": 60,
+                    "delWaitSeconds": 40,
                     "cacheDir": "/var/lib/cni/cni-guard",
                     "capabilities": {"portMappings": true}
                 }]
@@ -789,7 +793,10 @@ mod check {
             .lines()
             .find(|l| l.starts_with("! budget"))
             .unwrap_or_else(|| panic!("no budget warning:\n{report}"));
-        assert!(warning.contains("DEL") && warning.contains("120 s"), "{warning}");
+        assert!(
+            warning.contains("DEL") && warning.contains("120 s"),
+            "{warning}"
+        );
     }
 
     /// The one line for `check`, asserting there is exactly one failing line and it is it.

@@ -10,13 +10,14 @@
 //! that a runtime like cnitool never sends.
 //!
 //! **One deadline per verb.** `delegateTimeoutSeconds` bounds all of a verb's plugin runs
-//! together, a failed ADD's rollback included, counted from the first plugin's start (the
-//! runtime gives the whole sandbox a deadline of its own: kubelet's RunPodSandbox is four
-//! minutes, and bounds that add up per plugin would pass it, so the runtime would kill the guard
-//! mid-rollback and the error naming the plugin would never arrive). ADD's plugins get the first
-//! three quarters ([`Deadline::forward`]); the rollback always has the last quarter. Where every
-//! plugin must get its chance, DEL, the rollback and GC, each plugin gets an equal share of the
-//! time that is left ([`Deadline::share`]), so one that hangs cannot take the others' time.
+//! together, a failed ADD's rollback and a DEL's second list included: the caller starts one
+//! [`Deadline`] when the verb's waits are over and hands it to every run (the runtime gives the
+//! verb a deadline of its own, kubelet's StopPodSandbox two minutes, and bounds that add up per
+//! plugin or per list would pass it, so the runtime would kill the guard mid-teardown and the
+//! error naming the plugin would never arrive). ADD's plugins get the first three quarters
+//! ([`Deadline::forward`]); the rollback always has the last quarter. Where every plugin must get
+//! its chance, DEL, the rollback and GC, each plugin gets an equal share of the time that is left
+//! ([`Deadline::share`]), so one that hangs cannot take the others' time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ use crate::config::GuardConfig;
 use crate::error::{Error, Kind, Result};
 use crate::invoke;
 use crate::netconf::NetworkConfig;
-use crate::request::Command;
+use crate::verb::Command;
 use crate::version::{convert_result, Version};
 
 /// The request configuration for one plugin of `list` (libcni's `buildOneConfig` and
@@ -109,7 +110,7 @@ impl Deadline {
 
     /// The deadline of the next of `left` plugins that must each get their chance: an equal share
     /// of the time left before `until`.
-    fn share(until: Instant, left: usize) -> Instant {
+    pub fn share(until: Instant, left: usize) -> Instant {
         let now = Instant::now();
         let rest = until.saturating_duration_since(now);
         now + rest / u32::try_from(left.max(1)).unwrap_or(u32::MAX)
@@ -172,6 +173,7 @@ pub fn add(
     list: &NetworkConfig,
     guard: &GuardConfig,
     cni_path: &[PathBuf],
+    deadline: &Deadline,
 ) -> std::result::Result<Value, (Error, bool)> {
     let mut prev = guard
         .prev_result
@@ -180,17 +182,16 @@ pub fn add(
         .transpose()
         .map_err(|e| (e, true))?
         .flatten();
-    let deadline = Deadline::start(guard);
     for (i, plugin) in list.plugins.iter().enumerate() {
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-            let out = run_bounded(&binary, Command::Add, &conf, &deadline, deadline.forward())?;
+            let out = run_bounded(&binary, Command::Add, &conf, deadline, deadline.forward())?;
             parse_result(&out, &binary, &list.cni_version)
         });
         match step {
             Ok(result) => prev = Some(result),
             Err(e) => {
-                let rolled_back = rollback(list, guard, cni_path, i, prev.as_ref(), &deadline);
+                let rolled_back = rollback(list, guard, cni_path, i, prev.as_ref(), deadline);
                 return Err((e, rolled_back));
             }
         }
@@ -236,31 +237,41 @@ fn rollback(
     clean
 }
 
-/// DEL through every plugin in reverse, each given the runtime's prevResult (libcni's cached
-/// final result) in the delegate's version, where that version has DEL prevResults.
-/// Each plugin gets an equal share of what is left of the verb's deadline.
-pub fn del(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
+/// DEL through every plugin in reverse (stopping at the first failure, as libcni does), each
+/// given the runtime's prevResult (libcni's cached final result) in the delegate's version,
+/// where that version has DEL prevResults. Each plugin gets an equal share of what is left of
+/// the verb's deadline, counting `after` more plugins that run after this list.
+pub fn del(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+    deadline: &Deadline,
+    after: usize,
+) -> Result<()> {
     let prev = cached_result(list, guard)?;
-    let deadline = Deadline::start(guard);
-    let n = list.plugins.len();
+    let n = list.plugins.len() + after;
     for (done, plugin) in list.plugins.iter().rev().enumerate() {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
         let until = Deadline::share(deadline.end(), n - done);
-        run_bounded(&binary, Command::Del, &conf, &deadline, until)?;
+        run_bounded(&binary, Command::Del, &conf, deadline, until)?;
     }
     Ok(())
 }
 
 /// CHECK through every plugin, each given the runtime's prevResult in the delegate's version.
 /// The caller has excluded versions before 0.4.0 and `disableCheck`.
-pub fn check(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Result<()> {
+pub fn check(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+    deadline: &Deadline,
+) -> Result<()> {
     let prev = cached_result(list, guard)?;
-    let deadline = Deadline::start(guard);
     for plugin in &list.plugins {
         let binary = find(plugin, cni_path)?;
         let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        run_bounded(&binary, Command::Check, &conf, &deadline, deadline.end())?;
+        run_bounded(&binary, Command::Check, &conf, deadline, deadline.end())?;
     }
     Ok(())
 }
@@ -298,20 +309,24 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
 /// of the verb's deadline); returns every error. The attachment lists go to each plugin as the
 /// runtime sent them, under the names it used: a runtime that sent none tells the delegate
 /// nothing (an empty list would tell it that nothing is valid).
-pub fn gc(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -> Vec<Error> {
+pub fn gc(
+    list: &NetworkConfig,
+    guard: &GuardConfig,
+    cni_path: &[PathBuf],
+    deadline: &Deadline,
+) -> Vec<Error> {
     if !list.version().has_status_and_gc() || list.disable_gc {
         return Vec::new();
     }
     let forwarded: Vec<(&str, &Value)> =
         guard.gc_attachments.iter().map(|(k, v)| (*k, v)).collect();
-    let deadline = Deadline::start(guard);
     let n = list.plugins.len();
     let mut errors = Vec::new();
     for (done, plugin) in list.plugins.iter().enumerate() {
         let until = Deadline::share(deadline.end(), n - done);
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, None, &forwarded);
-            run_bounded(&binary, Command::Gc, &conf, &deadline, until).map(drop)
+            run_bounded(&binary, Command::Gc, &conf, deadline, until).map(drop)
         });
         if let Err(e) = step {
             errors.push(e);
@@ -343,12 +358,8 @@ fn to_version(result: &Value, from: &str, target: &str) -> Result<Option<Value>>
 
 fn find(plugin: &Map<String, Value>, cni_path: &[PathBuf]) -> Result<PathBuf> {
     let t = plugin.get("type").and_then(Value::as_str).unwrap_or("");
-    invoke::find_plugin(t, cni_path).map_err(|reason| {
-        Error::new(
-            Kind::NotReady,
-            format!("cni-guard: delegate plugin {t:?} {}", reason.msg()),
-        )
-    })
+    invoke::find_plugin(t, cni_path)
+        .map_err(|p| p.error(&format!("cni-guard: delegate plugin {t:?}")))
 }
 
 /// Parses a plugin's ADD output into a result in the list's version. An error structure printed

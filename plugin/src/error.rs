@@ -1,17 +1,14 @@
 //! The one error type. A failure says what went wrong in the guard's terms (its [`Kind`]), a
 //! message and, when there is more to say, details. The CNI error code and the spec's error JSON
-//! are derived only at the edge, where the verb is known ([`Error::code`], [`Error::to_json`]);
-//! the operator commands derive their exit code from the same kinds
-//! ([`Error::exit_code`]).
+//! are derived only at the edge, where the verb is known ([`Error::code`], [`Error::to_json`]).
 
 use std::fmt;
 
-use crate::request::Command;
+use crate::verb::Command;
 
 /// Well-known CNI error codes (spec section 6, "Error").
 pub mod code {
     pub const INCOMPATIBLE_VERSION: u32 = 1;
-    pub const UNSUPPORTED_FIELD: u32 = 2;
     pub const INVALID_ENV: u32 = 4;
     pub const IO_FAILURE: u32 = 5;
     pub const DECODE_FAILURE: u32 = 6;
@@ -38,11 +35,10 @@ pub enum Kind {
     Unsupported,
     /// Reading or writing a file failed. CNI 5.
     Io,
-    /// Another process holds the attachment (an ADD or DEL of it still running). CNI 11 on
-    /// every verb.
+    /// Another process holds the attachment (an ADD or DEL of it still running). CNI 11.
     Busy,
-    /// A delegate plugin outlived its bound and was killed: CNI 50 on STATUS (the delegate is
-    /// not available), 999 otherwise.
+    /// A delegate plugin outlived its deadline and was killed: CNI 50 on STATUS (the delegate
+    /// is not available), 999 otherwise.
     TimedOut,
     /// A plugin crashed, printed something that is not CNI, or could not be run; or the guard
     /// itself failed. CNI 999.
@@ -50,29 +46,29 @@ pub enum Kind {
     /// The delegate's own error, `stdout` being its error JSON with `code`: passed to the
     /// runtime byte for byte, unless the guard added details.
     Delegate { code: u32, stdout: Vec<u8> },
-    /// Operator mode only: the command line was wrong (exit 2). Never reaches a runtime.
+    /// The agent's command line was wrong (exit 2). Never reaches a runtime.
     Usage,
 }
 
 impl Kind {
     /// The CNI error code for this kind on `verb`.
     pub fn code(&self, verb: Command) -> u32 {
+        let status = verb == Command::Status;
         match self {
-            Kind::NotReady if verb == Command::Status => code::NOT_AVAILABLE,
+            Kind::NotReady | Kind::TimedOut if status => code::NOT_AVAILABLE,
             Kind::NotReady | Kind::Busy => code::TRY_AGAIN_LATER,
             Kind::Misconfigured => code::INVALID_CONFIG,
             Kind::BadEnv => code::INVALID_ENV,
             Kind::BadInput => code::DECODE_FAILURE,
             Kind::Unsupported => code::INCOMPATIBLE_VERSION,
             Kind::Io => code::IO_FAILURE,
-            Kind::TimedOut if verb == Command::Status => code::NOT_AVAILABLE,
             Kind::TimedOut | Kind::Failed | Kind::Usage => code::INTERNAL,
             Kind::Delegate { code, .. } => *code,
         }
     }
 }
 
-/// Why an invocation or an operator command failed.
+/// Why an invocation or an agent command failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: Kind,
@@ -108,7 +104,7 @@ impl Error {
         Error::new(Kind::Delegate { code, stdout }, msg)
     }
 
-    /// Operator mode: the command line was wrong. The message points at `--help`.
+    /// The agent's command line was wrong. The message points at `--help`.
     pub fn usage(message: impl Into<String>) -> Self {
         Error::new(Kind::Usage, format!("{}; see --help", message.into()))
     }
@@ -131,11 +127,12 @@ impl Error {
         self.kind.code(verb)
     }
 
-    /// Operator mode's exit code: 2 for a wrong command line, 1 for everything else.
+    /// The agent's exit code: 2 for a wrong command line, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
-        match self.kind {
-            Kind::Usage => 2,
-            _ => 1,
+        if self.kind == Kind::Usage {
+            2
+        } else {
+            1
         }
     }
 
@@ -145,15 +142,15 @@ impl Error {
         if let (Kind::Delegate { stdout, .. }, None) = (&self.kind, &self.details) {
             return stdout.clone();
         }
-        let mut obj = serde_json::Map::new();
-        obj.insert("cniVersion".into(), cni_version.into());
-        obj.insert("code".into(), self.code(verb).into());
-        obj.insert("msg".into(), self.msg.as_str().into());
+        let mut reply = serde_json::json!({
+            "cniVersion": cni_version,
+            "code": self.code(verb),
+            "msg": self.msg,
+        });
         if let Some(details) = &self.details {
-            obj.insert("details".into(), details.as_str().into());
+            reply["details"] = details.as_str().into();
         }
-        let mut out = serde_json::to_vec(&serde_json::Value::Object(obj))
-            .expect("a map of strings and numbers always serializes");
+        let mut out = reply.to_string().into_bytes();
         out.push(b'\n');
         out
     }
@@ -175,7 +172,6 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
-
 #[cfg(test)]
 mod tests {
     use super::*;

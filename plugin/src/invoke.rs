@@ -2,9 +2,10 @@
 //! CNI_PATH, pass the runtime's environment with the verb set, the configuration on stdin,
 //! read the result from stdout, let stderr through to the runtime.
 //!
-//! Two ways to run: [`run`] as a child (the guard reads the result), and [`exec`], which
+//! Two ways to run: [`run_until`] as a child (the guard reads the result), and [`exec`], which
 //! replaces the guard with the delegate so the pod pays one exec and nothing more.
 
+use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -13,23 +14,24 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::{code, Error, Kind};
-use crate::request;
+use crate::problem::Problem;
 use crate::sys;
+use crate::verb::Command as Verb;
 
 /// Finds the executable for a plugin type, as libcni's `FindInPath`: the first directory of
-/// CNI_PATH holding a regular file of that name; we also require it to be executable. The error
-/// ([`Kind::NotReady`]) says why after the plugin's name: "is not in CNI_PATH ...".
-pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, Error> {
-    let not_ready = |why: String| Err(Error::new(Kind::NotReady, why));
+/// CNI_PATH holding a regular file of that name; we also require it to be executable. The
+/// problem says why after the plugin's name: "is not in CNI_PATH ...".
+pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, Problem> {
+    let missing = |why: String| Err(Problem::NoBinary(why));
     if plugin_type.is_empty()
         || plugin_type.contains('/')
         || plugin_type == "."
         || plugin_type == ".."
     {
-        return not_ready(format!("is not a valid plugin type {plugin_type:?}"));
+        return missing(format!("is not a valid plugin type {plugin_type:?}"));
     }
     if cni_path.is_empty() {
-        return not_ready("cannot be looked up: CNI_PATH is empty".to_owned());
+        return missing("cannot be looked up: CNI_PATH is empty".to_owned());
     }
     let mut not_executable = None;
     for dir in cni_path {
@@ -43,7 +45,7 @@ pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, E
             }
         }
     }
-    not_ready(match not_executable {
+    missing(match not_executable {
         Some(p) => format!("is not executable at {}", p.display()),
         None => format!(
             "is not in CNI_PATH {}",
@@ -59,43 +61,30 @@ pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, E
 /// How long the guard keeps reading a finished plugin's pipes for what it wrote, when something
 /// it left behind still holds them open. What the plugin itself wrote is in the pipe already.
 const DRAIN_GRACE: Duration = Duration::from_millis(100);
+/// How long the guard waits for a plugin it killed to be gone: one in uninterruptible sleep (a
+/// hung file system) dies only when the kernel lets it, and whoever inherits it reaps it.
+const KILL_GRACE: Duration = Duration::from_millis(500);
 /// The most of a plugin's stdout kept (a result is a few KiB); what is beyond is read and dropped.
 const MAX_STDOUT: usize = 16 << 20;
+/// The most read from one pipe per wake-up, so a plugin that never stops writing cannot keep
+/// the guard from its deadline.
+const READ_PER_WAKE: usize = 64 << 10;
 
-/// Runs a plugin as a child and returns its stdout on success.
+/// Runs a plugin as a child and returns its stdout on success. A plugin still running at
+/// `deadline` is killed and the error is `timed_out()` (of [`Kind::TimedOut`]).
 ///
 /// The plugin leads a process group of its own and dies with the guard. The guard waits for
 /// the plugin's *exit*, not for the end of its pipes, so a process it leaves behind holding
-/// them costs at most [`DRAIN_GRACE`]; its stderr goes through the guard, so nothing left
-/// behind holds the runtime's pipes either. At `timeout` the whole group is killed.
+/// them costs at most [`DRAIN_GRACE`]; its stderr goes through the guard, never waited for, so
+/// nothing left behind holds the runtime's pipes either. At the deadline the whole group is
+/// killed and the guard answers within [`KILL_GRACE`].
 ///
 /// A plugin that fails with the spec's error JSON on stdout fails with that error unchanged;
-/// one that crashes, is killed, prints something else or outlives `timeout` (it is then
-/// killed) fails with code 999 naming it.
-pub fn run(
-    plugin: &Path,
-    verb: request::Command,
-    config: &[u8],
-    timeout: Duration,
-) -> Result<Vec<u8>, Error> {
-    let timed_out = || {
-        Error::new(
-            Kind::TimedOut,
-            format!(
-                "plugin {} did not finish within {}s and was killed",
-                plugin.display(),
-                timeout.as_secs_f64()
-            ),
-        )
-    };
-    run_until(plugin, verb, config, Instant::now() + timeout, timed_out)
-}
-
-/// [`run`] with a deadline instead of a timeout: a plugin still running at `deadline` is killed
-/// and the error is `timed_out()` (of [`Kind::TimedOut`]).
+/// one that crashes, is killed, prints something else or outlives the deadline fails with
+/// code 999 naming it.
 pub fn run_until(
     plugin: &Path,
-    verb: request::Command,
+    verb: Verb,
     config: &[u8],
     deadline: Instant,
     timed_out: impl FnOnce() -> Error,
@@ -119,18 +108,14 @@ pub fn run_until(
         .stderr(Stdio::piped());
     sys::child_of_guard(&mut cmd);
     let mut child = while_text_busy(|| cmd.spawn()).map_err(cannot_run)?;
-    let ended = wait_bounded(&mut child, deadline);
-    let ended = match ended {
-        Ok(ended) => ended,
+    let (status, stdout) = match wait_bounded(&mut child, deadline) {
+        Ok(Some(ended)) => ended,
+        Ok(None) => return Err(timed_out()),
         Err(e) => {
             sys::kill_group(child.id());
-            let _ = child.wait();
+            let _ = child.try_wait();
             return Err(cannot_run(e));
         }
-    };
-    let (status, stdout) = match ended {
-        Ended::Exited(status, stdout) => (status, stdout),
-        Ended::TimedOut => return Err(timed_out()),
     };
     if status.success() {
         return Ok(stdout);
@@ -150,16 +135,12 @@ pub fn run_until(
     .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)])))
 }
 
-enum Ended {
-    Exited(ExitStatus, Vec<u8>),
-    /// Past the deadline: the plugin's whole process group was killed and the plugin reaped.
-    TimedOut,
-}
-
 /// Reads the child's stdout (kept) and stderr (relayed to ours) until it exits, then for at
-/// most [`DRAIN_GRACE`] more; kills its process group at `deadline`.
-fn wait_bounded(child: &mut Child, deadline: Instant) -> std::io::Result<Ended> {
-    let pgid = child.id();
+/// most [`DRAIN_GRACE`] more. At `deadline` its process group is killed: `None`.
+fn wait_bounded(
+    child: &mut Child,
+    deadline: Instant,
+) -> std::io::Result<Option<(ExitStatus, Vec<u8>)>> {
     let out = OwnedFd::from(child.stdout.take().expect("stdout is piped"));
     let err = OwnedFd::from(child.stderr.take().expect("stderr is piped"));
     sys::set_nonblocking(out.as_fd())?;
@@ -180,17 +161,18 @@ fn wait_bounded(child: &mut Child, deadline: Instant) -> std::io::Result<Ended> 
         let now = Instant::now();
         match (status, drain_until) {
             (Some(st), Some(until)) if !(out_open || err_open) || now >= until => {
-                return Ok(Ended::Exited(st, stdout));
+                return Ok(Some((st, stdout)));
             }
             (None, _) if now >= deadline => {
-                sys::kill_group(pgid);
-                child.wait()?;
-                return Ok(Ended::TimedOut);
+                sys::kill_group(child.id());
+                reap_within(child, exited.as_ref(), KILL_GRACE);
+                return Ok(None);
             }
             _ => {}
         }
-        let limit = drain_until.unwrap_or(deadline);
-        let mut wait = limit.saturating_duration_since(now);
+        let mut wait = drain_until
+            .unwrap_or(deadline)
+            .saturating_duration_since(now);
         let mut fds = Vec::with_capacity(3);
         if out_open {
             fds.push(out.as_fd());
@@ -205,14 +187,54 @@ fn wait_bounded(child: &mut Child, deadline: Instant) -> std::io::Result<Ended> 
         }
         sys::poll_readable(&fds, Some(wait))?;
         if out_open {
-            out_open = !sys::read_available(out.as_fd(), &mut stdout, MAX_STDOUT)?;
+            out_open = !sys::read_available(out.as_fd(), &mut stdout, MAX_STDOUT, READ_PER_WAKE)?;
         }
         if err_open {
             relay.clear();
-            err_open = !sys::read_available(err.as_fd(), &mut relay, usize::MAX)?;
-            sys::write_best_effort(std::io::stderr(), &relay);
+            err_open = !sys::read_available(err.as_fd(), &mut relay, READ_PER_WAKE, READ_PER_WAKE)?;
+            sys::write_nowait(std::io::stderr().as_fd(), &relay);
         }
     }
+}
+
+/// Reaps a killed child if it is gone within `grace`; otherwise leaves it (a process in
+/// uninterruptible sleep dies when the kernel lets it, and is reaped by whoever inherits it).
+fn reap_within(child: &mut Child, pidfd: Option<&OwnedFd>, grace: Duration) {
+    let until = Instant::now() + grace;
+    while let Ok(None) = child.try_wait() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match pidfd {
+            Some(fd) => drop(sys::poll_readable(&[fd.as_fd()], Some(left))),
+            None => std::thread::sleep(left.min(Duration::from_millis(10))),
+        }
+    }
+}
+
+/// Whether `plugin` can be exec'd as it is: an ELF executable, or a script whose interpreter is
+/// there and executable. What fails this runs as a child instead, where its failure is what it
+/// is (an exec that failed could not be told from one that ran, once counted).
+pub fn can_exec(plugin: &Path) -> bool {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(plugin)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let head = &head[..n];
+    if head.starts_with(b"\x7fELF") {
+        return true;
+    }
+    let Some(line) = head.strip_prefix(b"#!") else {
+        return false;
+    };
+    let interpreter = line
+        .split(|b| *b == b'\n' || *b == b' ' || *b == b'\t')
+        .find(|w| !w.is_empty())
+        .and_then(|w| std::str::from_utf8(w).ok());
+    interpreter.is_some_and(|i| {
+        std::fs::metadata(i).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// Replaces this process with the plugin, its configuration on stdin. Returns only on failure.
@@ -274,6 +296,20 @@ pub fn as_cni_error(stdout: &[u8]) -> Option<Error> {
 mod tests {
     use super::*;
 
+    /// A run bounded by `timeout` from now.
+    fn run(plugin: &Path, verb: Verb, config: &[u8], timeout: Duration) -> Result<Vec<u8>, Error> {
+        run_until(plugin, verb, config, Instant::now() + timeout, || {
+            Error::new(
+                Kind::TimedOut,
+                format!(
+                    "plugin {} did not finish within {}s and was killed",
+                    plugin.display(),
+                    timeout.as_secs_f64()
+                ),
+            )
+        })
+    }
+
     const T: Duration = Duration::from_secs(30);
 
     fn script(dir: &Path, name: &str, body: &str, mode: u32) -> PathBuf {
@@ -294,12 +330,12 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
             drop(writer);
         });
-        let out = run(&p, request::Command::Add, b"{}", Duration::from_secs(5));
+        let out = run(&p, Verb::Add, b"{}", Duration::from_secs(5));
         release.join().unwrap();
         assert_eq!(out.unwrap(), b"{\"ok\":3}\n");
         // Past the retry window it is the error it was.
         let writer = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        let e = run(&p, request::Command::Add, b"{}", Duration::from_secs(5)).unwrap_err();
+        let e = run(&p, Verb::Add, b"{}", Duration::from_secs(5)).unwrap_err();
         assert!(e.msg().contains("Text file busy"), "{}", e.msg());
         drop(writer);
     }
@@ -314,11 +350,11 @@ mod tests {
         assert_eq!(find_plugin("bridge", &path).unwrap(), want);
         assert!(find_plugin("noexec", &path)
             .unwrap_err()
-            .msg()
+            .to_string()
             .contains("not executable"));
         assert!(find_plugin("missing", &path)
             .unwrap_err()
-            .msg()
+            .to_string()
             .contains("not in CNI_PATH"));
         assert!(find_plugin("../bridge", &path).is_err());
         std::fs::create_dir(a.path().join("dir")).unwrap();
@@ -329,7 +365,7 @@ mod tests {
     fn run_passes_stdin_and_reads_stdout() {
         let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "echo", "echo \"$CNI_COMMAND\"; cat", 0o755);
-        let out = run(&p, request::Command::Del, b"{\"x\":1}", T).unwrap();
+        let out = run(&p, Verb::Del, b"{\"x\":1}", T).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "DEL\n{\"x\":1}");
     }
 
@@ -343,17 +379,15 @@ mod tests {
             0o755,
         );
         assert_eq!(
-            run(&p, request::Command::Add, b"{}", T)
-                .unwrap_err()
-                .code(request::Command::Add),
+            run(&p, Verb::Add, b"{}", T).unwrap_err().code(Verb::Add),
             42
         );
         let p = script(d.path(), "crash", "echo garbage; exit 3", 0o755);
-        let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
-        assert_eq!(e.code(request::Command::Add), 999);
+        let e = run(&p, Verb::Add, b"{}", T).unwrap_err();
+        assert_eq!(e.code(Verb::Add), 999);
         assert!(e.msg().contains("status 3"), "{}", e.msg());
         let p = script(d.path(), "killed", "kill -9 $$", 0o755);
-        let e = run(&p, request::Command::Add, b"{}", T).unwrap_err();
+        let e = run(&p, Verb::Add, b"{}", T).unwrap_err();
         assert!(e.msg().contains("signal 9"), "{}", e.msg());
     }
 
@@ -362,7 +396,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "plugin", body, 0o755);
         let start = Instant::now();
-        let r = run(&p, request::Command::Add, b"{}", timeout);
+        let r = run(&p, Verb::Add, b"{}", timeout);
         (r, start.elapsed())
     }
 
@@ -421,7 +455,7 @@ mod tests {
         );
         let (r, took) = timed(&body, Duration::from_millis(300));
         let e = r.unwrap_err();
-        assert_eq!(e.code(request::Command::Add), 999);
+        assert_eq!(e.code(Verb::Add), 999);
         assert!(
             e.msg().contains("did not finish within 0.3s"),
             "{}",
@@ -466,8 +500,8 @@ mod tests {
     fn run_kills_a_delegate_that_outlives_its_timeout() {
         let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "hang", "exec sleep 60", 0o755);
-        let e = run(&p, request::Command::Add, b"{}", Duration::from_millis(200)).unwrap_err();
-        assert_eq!(e.code(request::Command::Add), 999);
+        let e = run(&p, Verb::Add, b"{}", Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.code(Verb::Add), 999);
         assert!(
             e.msg().contains("did not finish within 0.2s"),
             "{}",

@@ -1,7 +1,8 @@
 //! cni-guard: a CNI meta-plugin that refuses ADD until its delegate network is complete.
 //!
-//! CNI mode starts at [`cni::handle`]; `main.rs` turns its [`cni::Outcome`] into output, an
-//! exit code, or an exec of the delegate.
+//! One invocation starts at [`cni::handle`]; `main.rs` turns its [`cni::Outcome`] into output,
+//! an exit code, or an exec of the delegate. The node agent (`cni-guard-agent`, a crate of its
+//! own) uses [`config`], [`readiness`] and [`events`] from here; nothing of it is compiled in.
 
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -17,9 +18,11 @@ pub mod log;
 pub mod names;
 pub mod netconf;
 pub mod perpod;
+pub mod problem;
 pub mod readiness;
 pub mod records;
 pub mod request;
 pub mod sys;
+pub mod verb;
 pub mod version;
 pub mod wait;

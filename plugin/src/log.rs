@@ -4,6 +4,7 @@
 //! Best effort on every path: a line neither syslog nor stderr takes at once is dropped, and
 //! nothing here can fail, wait or panic, so a verb's reply never depends on its log.
 
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 
@@ -24,11 +25,7 @@ pub fn emit(level: Level, line: &str) {
 /// One line on stderr, written without waiting; dropped if stderr does not take it (full,
 /// closed, or a full disk). `eprintln!` would panic there instead.
 pub fn to_stderr(line: &str) {
-    use std::os::fd::AsFd;
-    let mut bytes = Vec::with_capacity(line.len() + 1);
-    bytes.extend_from_slice(line.as_bytes());
-    bytes.push(b'\n');
-    crate::sys::write_nowait(std::io::stderr().as_fd(), &bytes);
+    crate::sys::write_nowait(std::io::stderr().as_fd(), format!("{line}\n").as_bytes());
 }
 
 /// Sends one datagram to the syslog socket without ever waiting: a syslog daemon that is slow
@@ -44,46 +41,6 @@ fn send(socket: &Path, level: Level, line: &str) -> bool {
             s.send_to(msg.as_bytes(), socket)
         })
         .is_ok()
-}
-
-/// The per-invocation line: `verb=ADD container=… ifname=eth0 decision=… duration=0.214ms`.
-/// Values from the runtime are cut to 128 characters and kept on one line.
-pub fn invocation_line(outcome: &crate::cni::Outcome) -> String {
-    use crate::cni::Decision;
-    let inv = &outcome.invocation;
-    let decision = match &outcome.decision {
-        Decision::Delegated => "decision=delegated".to_owned(),
-        Decision::Exec { plugin } => format!("decision=exec plugin={}", plugin.display()),
-        Decision::Done(what) => format!("decision={what}"),
-        Decision::Refused { code, msg } => format!("decision=refused code={code} msg={msg:?}"),
-        Decision::Failed { code, msg } => format!("decision=error code={code} msg={msg:?}"),
-    };
-    let notes: String = outcome
-        .notes
-        .iter()
-        .map(|(k, v)| format!(" {k}={}", printable(v)))
-        .collect();
-    format!(
-        "verb={} container={} ifname={} {decision}{notes} duration={:.3}ms",
-        printable(&inv.verb),
-        printable(&inv.container),
-        printable(&inv.ifname),
-        outcome.duration.as_secs_f64() * 1e3
-    )
-}
-
-/// Log values come from the runtime: keep them on one line.
-fn printable(s: &str) -> String {
-    let s: String = s
-        .chars()
-        .take(128)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if s.is_empty() {
-        "-".to_owned()
-    } else {
-        s
-    }
 }
 
 #[cfg(test)]

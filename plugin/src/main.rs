@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use cni_guard::cni::{self, Action};
 use cni_guard::error::{Error, Kind};
-use cni_guard::request::Command;
-use cni_guard::{invoke, log};
+use cni_guard::log::{self, Level};
+use cni_guard::verb::Command;
+use cni_guard::{events, invoke};
 
 fn main() -> ExitCode {
     if std::env::var_os("CNI_COMMAND").is_none() {
@@ -21,21 +22,25 @@ fn main() -> ExitCode {
         ));
         return ExitCode::from(2);
     }
-    // A panic must still answer the runtime in the spec's terms, never with a bare backtrace.
+    // A panic must still answer the runtime in the spec's terms, in the request's version,
+    // never with a bare backtrace. A guard failure is code 999 on every verb.
     std::panic::set_hook(Box::new(|info| {
         let e = Error::new(Kind::Failed, format!("cni-guard failed internally: {info}"));
-        // A guard failure is code 999 on every verb.
-        let _ =
-            std::io::stdout().write_all(&e.to_json(Command::Version, cni_guard::version::LATEST));
-        log::emit(log::Level::Warning, &format!("internal failure: {info}"));
+        let _ = std::io::stdout().write_all(&e.to_json(Command::Version, cni::reply_version()));
+        log::emit(Level::Warning, &format!("internal failure: {info}"));
     }));
     let outcome = cni::handle(&|k| std::env::var_os(k), &mut std::io::stdin().lock());
     for w in &outcome.warnings {
-        log::emit(log::Level::Warning, w);
+        log::emit(Level::Warning, w);
     }
-    log::emit(outcome.decision.level(), &log::invocation_line(&outcome));
+    let level = if outcome.warn {
+        Level::Warning
+    } else {
+        Level::Info
+    };
+    log::emit(level, &outcome.line);
     // Counted on the node when a `keep --metrics-address` is collecting; never fails the verb.
-    cni_guard::events::append(&outcome.cache_dir, &outcome.event.event());
+    events::append(&outcome.cache_dir, &outcome.event);
     let (stdout, exit) = match outcome.action {
         Action::Reply { stdout, exit } => (stdout, exit),
         Action::Exec {
@@ -46,9 +51,11 @@ fn main() -> ExitCode {
             lock,
         } => {
             let e = invoke::exec(&plugin, &config);
-            // The exec failed: the guard is the holder again, and lets go when it exits.
+            // The exec failed: the guard is the holder again, and lets go when it exits. (The
+            // invocation was counted as an exec: `invoke::can_exec` sent to the child path what
+            // it could tell would fail.)
             drop(lock);
-            log::emit(log::Level::Warning, &format!("exec failed: {e}"));
+            log::emit(Level::Warning, &format!("exec failed: {e}"));
             (e.to_json(verb, &cni_version), 1)
         }
     };

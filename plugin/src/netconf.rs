@@ -4,6 +4,10 @@
 //! as libcni's `LoadConfList` decides it (a conflist inside a `.conf` is refused, as containerd
 //! refuses it). Loading never blocks: FIFOs, sockets and devices are refused before anything
 //! is read, and the size is bounded.
+//!
+//! What a file that is there can be: not JSON (perhaps still being written: [`Problem::NotYet`],
+//! waited for), or whole JSON that no wait makes usable ([`Problem::Unusable`], code 7: its
+//! writer must fix it), or one that names the guard ([`Problem::Recursion`]).
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -12,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::config::GUARD_TYPE;
-use crate::error::{Error, Kind};
+use crate::problem::Problem;
 use crate::version::Version;
 
 /// A CNI configuration never comes near this; a larger file is treated as broken.
@@ -33,11 +37,8 @@ pub struct NetworkConfig {
     pub loosely_writable: bool,
 }
 
-/// Why a configuration cannot be used, said after its path ("does not exist"): not ready yet
-/// (missing, half-written, ...), or [`Kind::Misconfigured`] when waiting will not fix it (the
-/// guard would call itself).
-fn not_ready(reason: impl Into<String>) -> Error {
-    Error::new(Kind::NotReady, reason)
+fn unusable(reason: impl Into<String>) -> Problem {
+    Problem::Unusable(reason.into())
 }
 
 impl NetworkConfig {
@@ -54,7 +55,7 @@ impl NetworkConfig {
     /// Reads and validates the file at `path`: refused as recursion when it names the guard, or
     /// when its Multus `clusterNetwork` is a guard configuration in its own folder
     /// ([`cluster_network_recursion`]).
-    pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Error> {
+    pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Problem> {
         let (raw, mode) = read_regular(path)?;
         let mut conf = Self::from_bytes(path, raw, own_type)?;
         if let Some(problem) = cluster_network_recursion(&conf, own_type) {
@@ -65,111 +66,88 @@ impl NetworkConfig {
     }
 
     /// Validates configuration bytes (from a file, or from a record written at ADD).
-    pub fn from_bytes(path: &Path, raw: Vec<u8>, own_type: &str) -> Result<NetworkConfig, Error> {
+    pub fn from_bytes(path: &Path, raw: Vec<u8>, own_type: &str) -> Result<NetworkConfig, Problem> {
         let value: Value = serde_json::from_slice(&raw).map_err(|e| {
-            not_ready(format!(
+            Problem::NotYet(format!(
                 "is not valid JSON (perhaps still being written): {e}"
             ))
         })?;
-        if !value.is_object() {
-            return Err(not_ready("is not a JSON object"));
-        }
         // Checked on the parsed value itself: a copy of a large configuration costs more than
         // parsing it did.
         if mentions_type(&value, own_type) {
-            return Err(Error::new(
-                Kind::Misconfigured,
-                format!(
-                    "names the {own_type:?} plugin itself: the guard would call itself (point the delegate at the real network, not at the guard's own configuration)"
-                ),
-            ));
+            return Err(Problem::Recursion(format!(
+                "names the {own_type:?} plugin itself: the guard would call itself (point the delegate at the real network, not at the guard's own configuration)"
+            )));
         }
         let Value::Object(obj) = value else {
-            unreachable!("checked above");
+            return Err(unusable("is not a JSON object"));
         };
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let is_list = match ext {
+        let is_list = match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
             "conflist" => true,
             "conf" | "json" => false,
             _ => obj.contains_key("plugins"),
         };
-        if is_list {
-            Self::from_list(path, obj, raw)
-        } else {
-            Self::from_single(path, obj, raw)
-        }
-    }
-
-    fn from_list(
-        path: &Path,
-        obj: Map<String, Value>,
-        raw: Vec<u8>,
-    ) -> Result<NetworkConfig, Error> {
-        let name = match obj.get("name") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            _ => return Err(not_ready("has no network name")),
-        };
-        let cni_version = list_version(&obj)?;
-        let plugins = match obj.get("plugins") {
-            Some(Value::Array(items)) if !items.is_empty() => items
-                .iter()
-                .enumerate()
-                .map(|(i, p)| match p {
-                    Value::Object(m) => check_type(m).map(|_| m.clone()),
-                    _ => Err(not_ready(format!("plugins[{i}] is not an object"))),
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            Some(Value::Array(_)) => return Err(not_ready("has an empty plugin list")),
-            _ => return Err(not_ready("is a .conflist without a \"plugins\" list")),
-        };
-        Ok(NetworkConfig {
+        let mut conf = NetworkConfig {
             path: path.to_owned(),
-            name,
-            cni_version,
-            plugins,
-            disable_check: bool_field(&obj, "disableCheck")?,
-            disable_gc: bool_field(&obj, "disableGC")?,
-            raw,
-            loosely_writable: false,
-        })
-    }
-
-    fn from_single(
-        path: &Path,
-        obj: Map<String, Value>,
-        raw: Vec<u8>,
-    ) -> Result<NetworkConfig, Error> {
-        if obj.contains_key("plugins") && !obj.contains_key("type") {
-            return Err(not_ready(
-                "holds a plugin list but is not named .conflist (a .conf holds one plugin)",
-            ));
-        }
-        check_type(&obj)?;
-        let cni_version = match obj.get("cniVersion") {
-            None => "0.1.0".to_owned(),
-            Some(Value::String(v)) if Version::delegate_supported(v) => v.clone(),
-            Some(v) => return Err(not_ready(format!("has unsupported cniVersion {v}"))),
-        };
-        let name = obj
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        Ok(NetworkConfig {
-            path: path.to_owned(),
-            name,
-            cni_version,
-            plugins: vec![obj],
+            name: String::new(),
+            cni_version: String::new(),
+            plugins: Vec::new(),
             disable_check: false,
             disable_gc: false,
-            raw,
+            raw: Vec::new(),
             loosely_writable: false,
-        })
+        };
+        if is_list {
+            conf.name = match obj.get("name") {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                _ => return Err(unusable("has no network name")),
+            };
+            conf.cni_version = list_version(&obj)?;
+            conf.plugins = match obj.get("plugins") {
+                Some(Value::Array(items)) if !items.is_empty() => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| match p {
+                        Value::Object(m) => check_type(m).map(|_| m.clone()),
+                        _ => Err(unusable(format!("plugins[{i}] is not an object"))),
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(Value::Array(_)) => return Err(unusable("has an empty plugin list")),
+                _ => return Err(unusable("is a .conflist without a \"plugins\" list")),
+            };
+            conf.disable_check = bool_field(&obj, "disableCheck")?;
+            conf.disable_gc = bool_field(&obj, "disableGC")?;
+        } else {
+            if obj.contains_key("plugins") && !obj.contains_key("type") {
+                return Err(unusable(
+                    "holds a plugin list but is not named .conflist (a .conf holds one plugin)",
+                ));
+            }
+            check_type(&obj)?;
+            conf.cni_version = supported(obj.get("cniVersion"))?;
+            conf.name = obj
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            conf.plugins = vec![obj];
+        }
+        conf.raw = raw;
+        Ok(conf)
+    }
+}
+
+/// A `cniVersion` the guard can run a delegate at (absent: 0.1.0, as libcni reads it).
+fn supported(v: Option<&Value>) -> Result<String, Problem> {
+    match v {
+        None => Ok("0.1.0".to_owned()),
+        Some(Value::String(v)) if Version::delegate_supported(v) => Ok(v.clone()),
+        Some(v) => Err(unusable(format!("has unsupported cniVersion {v}"))),
     }
 }
 
 /// `cniVersion`, or with 1.1's `cniVersions` the newest listed version the guard can run.
-fn list_version(obj: &Map<String, Value>) -> Result<String, Error> {
+fn list_version(obj: &Map<String, Value>) -> Result<String, Problem> {
     if let Some(Value::Array(versions)) = obj.get("cniVersions") {
         let best = versions
             .iter()
@@ -180,33 +158,29 @@ fn list_version(obj: &Map<String, Value>) -> Result<String, Error> {
             return Ok(v.to_owned());
         }
     }
-    match obj.get("cniVersion") {
-        None => Ok("0.1.0".to_owned()),
-        Some(Value::String(v)) if Version::delegate_supported(v) => Ok(v.clone()),
-        Some(v) => Err(not_ready(format!("has unsupported cniVersion {v}"))),
-    }
+    supported(obj.get("cniVersion"))
 }
 
-fn check_type(plugin: &Map<String, Value>) -> Result<(), Error> {
+fn check_type(plugin: &Map<String, Value>) -> Result<(), Problem> {
     match plugin.get("type") {
-        Some(Value::String(t)) if t.is_empty() => Err(not_ready("names an empty plugin type")),
-        Some(Value::String(t)) if t.contains('/') || t == "." || t == ".." => Err(not_ready(
+        Some(Value::String(t)) if t.is_empty() => Err(unusable("names an empty plugin type")),
+        Some(Value::String(t)) if t.contains('/') || t == "." || t == ".." => Err(unusable(
             format!("names plugin type {t:?}, which is not a plain file name"),
         )),
         Some(Value::String(_)) => Ok(()),
-        _ => Err(not_ready("has a plugin without a \"type\"")),
+        _ => Err(unusable("has a plugin without a \"type\"")),
     }
 }
 
 /// A conflist's boolean switch as libcni reads it: absent is false; a boolean, or the string
 /// "true" or "false" in any case; anything else makes the list invalid.
-fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, Error> {
+fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, Problem> {
     match obj.get(key) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Some(v) => Err(not_ready(format!(
+        Some(v) => Err(unusable(format!(
             "has {key} {v}, which is neither true nor false"
         ))),
     }
@@ -238,7 +212,7 @@ fn mentions_type(v: &Value, own_type: &str) -> bool {
 /// while the guard sees it where the delegate is. Anything else (not a string, no base name,
 /// nothing readable there, not JSON, no guard in it) is not recursion; it is never waited for.
 /// The file is read as the delegate is, bounded and without blocking.
-fn cluster_network_recursion(conf: &NetworkConfig, own_type: &str) -> Option<Error> {
+fn cluster_network_recursion(conf: &NetworkConfig, own_type: &str) -> Option<Problem> {
     let dir = conf.path.parent()?;
     conf.plugins.iter().find_map(|plugin| {
         let Some(Value::String(named)) = plugin.get("clusterNetwork") else {
@@ -253,45 +227,39 @@ fn cluster_network_recursion(conf: &NetworkConfig, own_type: &str) -> Option<Err
         let (raw, _) = read_regular(&target).ok()?;
         let value: Value = serde_json::from_slice(&raw).ok()?;
         mentions_type(&value, own_type).then(|| {
-            Error::new(
-                Kind::Misconfigured,
-                format!(
-                    "has Multus's clusterNetwork {named:?}, which is a {own_type} configuration ({}): Multus would run the guard for the primary network; pin \"multusMasterCNI\" in Multus's daemon config to the primary network's file, or point multusAutoconfigDir at a folder without the guard's file",
-                    target.display()
-                ),
-            )
+            Problem::Recursion(format!(
+                "has Multus's clusterNetwork {named:?}, which is a {own_type} configuration ({}): Multus would run the guard for the primary network; pin \"multusMasterCNI\" in Multus's daemon config to the primary network's file, or point multusAutoconfigDir at a folder without the guard's file",
+                target.display()
+            ))
         })
     })
 }
 
 /// Opens without blocking or following into devices, checks it is a regular file, reads it.
-fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Error> {
+/// Returns the bytes and the file's mode.
+fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| not_ready(describe_open_error(path, &e)))?;
+        .map_err(|e| open_problem(path, &e))?;
+    let not_yet = |why: String| Problem::NotYet(why);
     let meta = file
         .metadata()
-        .map_err(|e| not_ready(format!("cannot be examined: {e}")))?;
+        .map_err(|e| not_yet(format!("cannot be examined: {e}")))?;
     if let Some(why) = not_regular(meta.mode()) {
-        return Err(not_ready(why));
+        return Err(not_yet(why.to_owned()));
     }
+    let too_large = || not_yet(format!("is larger than {} MiB", MAX_CONFIG_BYTES >> 20));
     if meta.len() > MAX_CONFIG_BYTES {
-        return Err(not_ready(format!(
-            "is larger than {} MiB",
-            MAX_CONFIG_BYTES >> 20
-        )));
+        return Err(too_large());
     }
     let mut raw = Vec::with_capacity(meta.len() as usize + 1);
     file.take(MAX_CONFIG_BYTES + 1)
         .read_to_end(&mut raw)
-        .map_err(|e| not_ready(format!("cannot be read: {e}")))?;
+        .map_err(|e| not_yet(format!("cannot be read: {e}")))?;
     if raw.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(not_ready(format!(
-            "is larger than {} MiB",
-            MAX_CONFIG_BYTES >> 20
-        )));
+        return Err(too_large());
     }
     Ok((raw, meta.mode()))
 }
@@ -309,28 +277,29 @@ fn not_regular(mode: u32) -> Option<&'static str> {
     })
 }
 
-fn describe_open_error(path: &Path, e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) => {
-            if std::fs::symlink_metadata(path).is_ok() {
-                "is a dangling symlink".to_owned()
-            } else {
-                "does not exist".to_owned()
+fn open_problem(path: &Path, e: &std::io::Error) -> Problem {
+    Problem::NotYet(
+        match e.raw_os_error() {
+            Some(libc::ENOENT) if std::fs::symlink_metadata(path).is_err() => {
+                return Problem::Missing
             }
+            Some(libc::ENOENT) => "is a dangling symlink",
+            Some(libc::ELOOP) => "is a symlink loop",
+            Some(libc::EACCES) => "is not readable (permission denied)",
+            Some(libc::ENXIO) => "is a socket or device, not a regular file",
+            Some(libc::ENOTDIR) => "has a parent that is not a directory",
+            _ => return Problem::NotYet(format!("cannot be opened: {e}")),
         }
-        Some(libc::ELOOP) => "is a symlink loop".to_owned(),
-        Some(libc::EACCES) => "is not readable (permission denied)".to_owned(),
-        Some(libc::ENXIO) => "is a socket or device, not a regular file".to_owned(),
-        Some(libc::ENOTDIR) => "has a parent that is not a directory".to_owned(),
-        _ => format!("cannot be opened: {e}"),
-    }
+        .to_owned(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Kind;
 
-    fn load(name: &str, body: &str) -> Result<NetworkConfig, Error> {
+    fn load(name: &str, body: &str) -> Result<NetworkConfig, Problem> {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join(name);
         std::fs::write(&p, body).unwrap();
@@ -370,12 +339,12 @@ mod tests {
     #[test]
     fn half_written_is_retryable() {
         let p = load("00-multus.conf", r#"{"cniVersion":"0.3.1","name":"mul"#).unwrap_err();
-        assert_eq!(*p.kind(), Kind::NotReady);
-        assert!(p.msg().contains("not valid JSON"), "{}", p.msg());
+        assert_eq!(p.kind(), Kind::NotReady);
+        assert!(p.to_string().contains("not valid JSON"), "{p}");
     }
 
     #[test]
-    fn rejects_bad_shapes() {
+    fn whole_but_unusable_files_are_misconfigurations() {
         for (name, body) in [
             ("a.conf", r#"{"cniVersion":"1.0.0","name":"n"}"#),
             (
@@ -403,7 +372,8 @@ mod tests {
             ("a.conf", r#"[1,2]"#),
         ] {
             let p = load(name, body).unwrap_err();
-            assert_eq!(*p.kind(), Kind::NotReady, "{name} {body}");
+            // Whole JSON: no wait makes it usable, so it is a misconfiguration (code 7).
+            assert_eq!(p.kind(), Kind::Misconfigured, "{name} {body}");
         }
     }
 
@@ -429,9 +399,9 @@ mod tests {
         for v in ["\"yes\"", "1", "null"] {
             let p = list(v).unwrap_err();
             assert!(
-                p.msg().contains("neither true nor false"),
+                p.to_string().contains("neither true nor false"),
                 "{v}: {}",
-                p.msg()
+                p
             );
         }
     }
@@ -439,20 +409,20 @@ mod tests {
     #[test]
     fn recursion_is_fatal() {
         let p = load("a.conf", r#"{"cniVersion":"1.0.0","type":"cni-guard"}"#).unwrap_err();
-        assert_eq!(*p.kind(), Kind::Misconfigured);
+        assert_eq!(p.kind(), Kind::Misconfigured);
         let p = load(
             "00-multus.conf",
             r#"{"cniVersion":"0.3.1","name":"m","type":"multus","delegates":[{"name":"g","plugins":[{"type":"cni-guard"}]}]}"#,
         )
         .unwrap_err();
-        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        assert_eq!(p.kind(), Kind::Misconfigured, "{p}");
         // Multus thin's inline delegate object, of the guard's type itself.
         let p = load(
             "00-multus.conf",
             r#"{"cniVersion":"0.3.1","name":"m","type":"multus","delegates":[{"cniVersion":"0.3.1","name":"g","type":"cni-guard"}]}"#,
         )
         .unwrap_err();
-        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        assert_eq!(p.kind(), Kind::Misconfigured, "{p}");
     }
 
     /// The guard's conflist as `cni-guard install` writes it, and Multus's auto-generated
@@ -480,7 +450,7 @@ mod tests {
             std::fs::write(&p, body).unwrap();
             p
         }
-        fn multus(&self, cluster_network: Value) -> Result<NetworkConfig, Error> {
+        fn multus(&self, cluster_network: Value) -> Result<NetworkConfig, Problem> {
             let body = serde_json::json!({"cniVersion":"1.0.0","name":"multus-cni-network",
                 "clusterNetwork": cluster_network, "type":"multus-shim","logToStderr":true,
                 "daemonSocketDir":"/run/multus"});
@@ -499,12 +469,12 @@ mod tests {
             "00-cni-guard.conflist",
         ] {
             let p = d.multus(Value::from(named)).unwrap_err();
-            assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+            assert_eq!(p.kind(), Kind::Misconfigured, "{p}");
             let want = format!(
                 "has Multus's clusterNetwork {named:?}, which is a cni-guard configuration ({}): Multus would run the guard for the primary network; pin \"multusMasterCNI\"",
                 guard_file.display()
             );
-            assert!(p.msg().starts_with(&want), "{}", p.msg());
+            assert!(p.to_string().starts_with(&want), "{p}");
         }
         // A .conflist delegate with Multus as one of its plugins; and as an attachment (the
         // same load).
@@ -513,14 +483,14 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"m","plugins":[{"type":"multus-shim","clusterNetwork":"/host/etc/cni/net.d/00-cni-guard.conflist"}]}"#,
         );
         let p = NetworkConfig::load(&list, "cni-guard").unwrap_err();
-        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        assert_eq!(p.kind(), Kind::Misconfigured, "{p}");
         // The guard under another type name: the type it was run as counts.
         d.write(
             "00-cni-guard.conflist",
             r#"{"cniVersion":"1.0.0","name":"g","plugins":[{"type":"guard-2"}]}"#,
         );
         let p = NetworkConfig::load(&list, "guard-2").unwrap_err();
-        assert_eq!(*p.kind(), Kind::Misconfigured, "{}", p.msg());
+        assert_eq!(p.kind(), Kind::Misconfigured, "{p}");
         assert!(NetworkConfig::load(&list, "cni-guard").is_ok());
     }
 
@@ -573,25 +543,25 @@ mod tests {
     fn refuses_non_regular_files() {
         let dir = tempfile::tempdir().unwrap();
         let p = NetworkConfig::load(dir.path(), "cni-guard").unwrap_err();
-        assert_eq!(p.msg(), "is a directory, not a regular file");
+        assert_eq!(p.to_string(), "is a directory, not a regular file");
         let p = NetworkConfig::load(Path::new("/dev/zero"), "cni-guard").unwrap_err();
-        assert_eq!(p.msg(), "is a device, not a regular file");
+        assert_eq!(p.to_string(), "is a device, not a regular file");
         let fifo = dir.path().join("fifo.conf");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let p = NetworkConfig::load(&fifo, "cni-guard").unwrap_err();
-        assert_eq!(p.msg(), "is a FIFO, not a regular file");
+        assert_eq!(p.to_string(), "is a FIFO, not a regular file");
         let missing = NetworkConfig::load(&dir.path().join("nope.conf"), "cni-guard").unwrap_err();
-        assert_eq!(missing.msg(), "does not exist");
+        assert_eq!(missing.to_string(), "does not exist");
         let link = dir.path().join("dangling.conf");
         std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
         let p = NetworkConfig::load(&link, "cni-guard").unwrap_err();
-        assert_eq!(p.msg(), "is a dangling symlink");
+        assert_eq!(p.to_string(), "is a dangling symlink");
         let a = dir.path().join("a.conf");
         let b = dir.path().join("b.conf");
         std::os::unix::fs::symlink(&b, &a).unwrap();
         std::os::unix::fs::symlink(&a, &b).unwrap();
         let p = NetworkConfig::load(&a, "cni-guard").unwrap_err();
-        assert_eq!(p.msg(), "is a symlink loop");
+        assert_eq!(p.to_string(), "is a symlink loop");
     }
 
     #[test]

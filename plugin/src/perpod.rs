@@ -113,7 +113,6 @@ mod tests {
             ifname: "eth0".into(),
             cni_path: vec![],
             cni_args: cni_args.into(),
-            stdin: vec![],
         }
     }
 

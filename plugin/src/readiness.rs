@@ -1,5 +1,5 @@
 //! Whether the delegate network is completely there: the checks behind ADD and STATUS, and the
-//! report behind `cni-guard check`.
+//! report behind `cni-guard-agent check`.
 
 use std::path::{Path, PathBuf};
 
@@ -7,99 +7,8 @@ use crate::config::GuardConfig;
 use crate::error::{Error, Kind};
 use crate::invoke::find_plugin;
 use crate::netconf::NetworkConfig;
+pub use crate::problem::{Item, Problem, Subject};
 use crate::sys;
-
-/// The reason of a file that is not there ("delegate /etc/cni/net.d/00-multus.conf does not
-/// exist"), as `NetworkConfig::load` says it.
-const MISSING: &str = "does not exist";
-
-/// One precondition of ADD.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Precondition {
-    Delegate,
-    Attachment,
-    /// The executable for a plugin type named by the delegate or an attachment.
-    Plugin(String),
-    /// Strict mode: the file must not be writable by group or others.
-    Permissions,
-    /// A unix socket that must accept connections (a daemon the delegate needs).
-    Socket,
-}
-
-#[derive(Debug, Clone)]
-pub struct Item {
-    pub what: Precondition,
-    /// The configuration file, or the plugin binary (where it was found, or its type).
-    pub path: PathBuf,
-    /// Why it does not hold, said after the path ("does not exist"): [`Kind::NotReady`], or
-    /// [`Kind::Misconfigured`] when waiting will not fix it. `None` when it holds.
-    pub problem: Option<Error>,
-}
-
-impl Item {
-    fn holds(what: Precondition, path: PathBuf) -> Item {
-        Item {
-            what,
-            path,
-            problem: None,
-        }
-    }
-
-    pub fn ok(&self) -> bool {
-        self.problem.is_none()
-    }
-
-    /// A configuration error: waiting will not fix it.
-    pub fn fatal(&self) -> bool {
-        self.problem
-            .as_ref()
-            .is_some_and(|p| *p.kind() == Kind::Misconfigured)
-    }
-
-    /// Why it does not hold; empty when it holds.
-    pub fn reason(&self) -> &str {
-        self.problem.as_ref().map_or("", Error::msg)
-    }
-
-    /// The refusal reason this failure is counted under (`cni_guard_refusals_total{reason}`):
-    /// `delegate-missing`, `delegate-invalid`, `attachment-missing`, `attachment-invalid`,
-    /// `plugin-missing`, `recursion`, `permissions`. `None` when it holds.
-    pub fn reason_tag(&self) -> Option<&'static str> {
-        let p = self.problem.as_ref()?;
-        // A missing delegate's reason may name its writer after the words: "... (written by X)".
-        let missing = p.msg().strip_prefix(MISSING).is_some_and(|rest| {
-            rest.is_empty() || (rest.starts_with(" (written by ") && rest.ends_with(')'))
-        });
-        Some(match (&self.what, *p.kind() == Kind::Misconfigured) {
-            (Precondition::Permissions, _) => "permissions",
-            (Precondition::Socket, _) => "socket-dead",
-            (Precondition::Plugin(_), _) => "plugin-missing",
-            (_, true) => "recursion",
-            (Precondition::Delegate, _) if missing => "delegate-missing",
-            (Precondition::Delegate, _) => "delegate-invalid",
-            (Precondition::Attachment, _) if missing => "attachment-missing",
-            (Precondition::Attachment, _) => "attachment-invalid",
-        })
-    }
-
-    pub fn describe(&self) -> String {
-        let what = match &self.what {
-            Precondition::Delegate => "delegate".to_owned(),
-            Precondition::Attachment => "attachment".to_owned(),
-            Precondition::Plugin(t) => format!("plugin {t:?}"),
-            Precondition::Permissions => "permissions of".to_owned(),
-            Precondition::Socket => "socket".to_owned(),
-        };
-        match &self.problem {
-            None => format!("{what} {}", self.path.display()),
-            // A plugin that was not found has no path to name: `path` is its type, said above.
-            Some(p) if matches!(self.what, Precondition::Plugin(_)) => {
-                format!("{what} {}", p.msg())
-            }
-            Some(p) => format!("{what} {} {}", self.path.display(), p.msg()),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -119,42 +28,45 @@ impl Report {
         self.items.iter().filter(|i| !i.ok())
     }
 
-    /// The reason the refusal is counted under: that of the failure [`Report::error`] names.
-    pub fn reason_tag(&self) -> Option<&'static str> {
+    /// The failure a refusal names: the first configuration error, else the first failure.
+    fn first_failure(&self) -> Option<&Item> {
         self.failures()
             .find(|i| i.fatal())
             .or_else(|| self.failures().next())
-            .and_then(Item::reason_tag)
+    }
+
+    /// The reason the refusal is counted under: that of the failure [`Report::error`] names.
+    pub fn label(&self) -> Option<&'static str> {
+        self.first_failure().and_then(Item::label)
     }
 
     /// The refusal: [`Kind::Misconfigured`] when any failure is a configuration error,
     /// [`Kind::NotReady`] otherwise. The message names the first failing path; the details name
     /// every other failure (runtimes print `msg; details`: nothing twice).
     pub fn error(&self) -> Option<Error> {
-        let first = self
-            .failures()
-            .find(|i| i.fatal())
-            .or_else(|| self.failures().next())?;
-        let (kind, msg) = if first.fatal() {
-            (
-                Kind::Misconfigured,
-                format!("cni-guard is misconfigured: {}", first.describe()),
-            )
+        let first = self.first_failure()?;
+        let msg = match first.problem.as_ref().map(Problem::kind) {
+            Some(Kind::Misconfigured) if matches!(first.problem, Some(Problem::Unusable(_))) => {
+                format!("cni-guard: unusable configuration: {}", first.describe())
+            }
+            Some(Kind::Misconfigured) => {
+                format!("cni-guard is misconfigured: {}", first.describe())
+            }
+            _ => format!("cni-guard: network not ready: {}", first.describe()),
+        };
+        let kind = if first.fatal() {
+            Kind::Misconfigured
         } else {
-            (
-                Kind::NotReady,
-                format!("cni-guard: network not ready: {}", first.describe()),
-            )
+            Kind::NotReady
         };
         let others: Vec<String> = self
             .failures()
             .filter(|i| !std::ptr::eq(*i, first))
             .map(Item::describe)
             .collect();
-        let details = if others.is_empty() {
-            String::new()
-        } else {
-            format!("also: {}", others.join("; "))
+        let details = match others.is_empty() {
+            true => String::new(),
+            false => format!("also: {}", others.join("; ")),
         };
         Some(Error::new(kind, msg).with_details(details))
     }
@@ -163,8 +75,8 @@ impl Report {
     pub fn watch_dirs(&self, cni_path: &[PathBuf]) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for item in self.failures() {
-            match item.what {
-                Precondition::Plugin(_) => dirs.extend(cni_path.iter().cloned()),
+            match item.subject {
+                Subject::Plugin(_) => dirs.extend(cni_path.iter().cloned()),
                 _ => dirs.extend(item.path.parent().map(Path::to_owned)),
             }
         }
@@ -177,11 +89,11 @@ impl Report {
 /// Checks every precondition of ADD. Never blocks and never writes.
 pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     let mut report = Report::default();
-    let delegate = check_config(&mut report, Precondition::Delegate, &cfg.delegate, cfg);
+    let delegate = check_config(&mut report, Subject::Delegate, &cfg.delegate, cfg);
     let attachments: Vec<NetworkConfig> = cfg
         .attachments
         .iter()
-        .filter_map(|p| check_config(&mut report, Precondition::Attachment, p, cfg))
+        .filter_map(|p| check_config(&mut report, Subject::Attachment, p, cfg))
         .collect();
     let mut types: Vec<&str> = delegate
         .iter()
@@ -191,27 +103,19 @@ pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
     types.sort_unstable();
     types.dedup();
     for t in types {
-        let what = Precondition::Plugin(t.to_owned());
-        let item = match find_plugin(t, cni_path) {
-            Ok(path) => Item::holds(what, path),
-            Err(e) => Item {
-                what,
-                path: PathBuf::from(t),
-                problem: Some(e),
-            },
-        };
-        report.items.push(item);
+        let subject = Subject::Plugin(t.to_owned());
+        report.items.push(match find_plugin(t, cni_path) {
+            Ok(path) => Item::new(subject, path, None),
+            Err(p) => Item::new(subject, PathBuf::from(t), Some(p)),
+        });
     }
     for path in &cfg.sockets {
-        let item = match sys::unix_socket_accepts(path) {
-            Ok(()) => Item::holds(Precondition::Socket, path.clone()),
-            Err(e) => Item {
-                what: Precondition::Socket,
-                path: path.clone(),
-                problem: Some(Error::new(Kind::NotReady, socket_problem(&e))),
-            },
-        };
-        report.items.push(item);
+        let problem = sys::unix_socket_accepts(path)
+            .err()
+            .map(|e| Problem::Dead(socket_problem(&e)));
+        report
+            .items
+            .push(Item::new(Subject::Socket, path.clone(), problem));
     }
     report.delegate = delegate;
     report
@@ -231,46 +135,32 @@ fn socket_problem(e: &std::io::Error) -> String {
 
 fn check_config(
     report: &mut Report,
-    what: Precondition,
+    subject: Subject,
     path: &Path,
     cfg: &GuardConfig,
 ) -> Option<NetworkConfig> {
-    let loaded = NetworkConfig::load(path, &cfg.plugin_type).map_err(|problem| {
-        match (&what, cfg.delegate_writer.as_deref()) {
-            // The delegate's file is missing: say who writes it, when the conflist says.
-            (Precondition::Delegate, Some(writer)) if problem.msg() == MISSING => {
-                problem.with_msg(format!("{MISSING} (written by {writer})"))
-            }
-            _ => problem,
-        }
-    });
-    match loaded {
-        Ok(conf) => {
-            report.items.push(Item::holds(what, path.to_owned()));
-            if conf.loosely_writable {
-                report.warnings.push(path.to_owned());
-                if cfg.strict_permissions {
-                    report.items.push(Item {
-                        what: Precondition::Permissions,
-                        path: path.to_owned(),
-                        problem: Some(Error::new(
-                            Kind::Misconfigured,
-                            "is writable by group or others (strictPermissions is set)",
-                        )),
-                    });
-                }
-            }
-            Some(conf)
-        }
-        Err(problem) => {
-            report.items.push(Item {
-                what,
-                path: path.to_owned(),
-                problem: Some(problem),
-            });
-            None
+    let loaded = NetworkConfig::load(path, &cfg.plugin_type);
+    let mut item = Item::new(
+        subject.clone(),
+        path.to_owned(),
+        loaded.as_ref().err().cloned(),
+    );
+    if subject == Subject::Delegate {
+        item.writer = cfg.delegate_writer.clone();
+    }
+    report.items.push(item);
+    let conf = loaded.ok()?;
+    if conf.loosely_writable {
+        report.warnings.push(path.to_owned());
+        if cfg.strict_permissions {
+            report.items.push(Item::new(
+                Subject::Permissions,
+                path.to_owned(),
+                Some(Problem::Writable),
+            ));
         }
     }
+    Some(conf)
 }
 
 #[cfg(test)]
@@ -325,7 +215,7 @@ mod tests {
         let socket_item = |r: &Report| {
             r.items
                 .iter()
-                .find(|i| i.what == Precondition::Socket)
+                .find(|i| i.subject == Subject::Socket)
                 .unwrap()
                 .clone()
         };
@@ -333,7 +223,7 @@ mod tests {
         let r = check(&cfg, &[f.bin()]);
         assert!(!r.ready());
         assert_eq!(socket_item(&r).reason(), "does not exist");
-        assert_eq!(r.reason_tag(), Some("socket-dead"));
+        assert_eq!(r.label(), Some("socket-dead"));
         // Listening.
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         assert!(check(&cfg, &[f.bin()]).ready());
@@ -419,7 +309,7 @@ mod tests {
                 d.display()
             )
         );
-        assert_eq!(r.reason_tag(), Some("delegate-missing"));
+        assert_eq!(r.label(), Some("delegate-missing"));
         // An attachment that is missing says no writer: the key is the delegate's.
         let gone = f.dir.path().join("07-gone.conflist");
         let plain = f.file(
@@ -436,14 +326,14 @@ mod tests {
                 gone.display()
             )
         );
-        assert_eq!(r.reason_tag(), Some("attachment-missing"));
+        assert_eq!(r.label(), Some("attachment-missing"));
         // A delegate that is there but invalid keeps its own reason.
         let bad = f.file("00-bad.conf", "{");
         let mut cfg = f.config(&bad, &[]);
         cfg.delegate_writer = Some("Multus".into());
         let r = check(&cfg, &[f.bin()]);
         assert!(!r.error().unwrap().msg().contains("written by"));
-        assert_eq!(r.reason_tag(), Some("delegate-invalid"));
+        assert_eq!(r.label(), Some("delegate-invalid"));
     }
 
     #[test]
@@ -479,7 +369,7 @@ mod tests {
         );
         let d = multus("/host/etc/cni/net.d/00-cni-guard.conflist".into());
         let r = check(&f.config(&d, &[&a]), &[f.bin()]);
-        assert_eq!(r.reason_tag(), Some("recursion"));
+        assert_eq!(r.label(), Some("recursion"));
         let e = r.error().unwrap();
         assert_eq!(*e.kind(), Kind::Misconfigured);
         assert_eq!(e.code(crate::request::Command::Add), 7);
@@ -500,7 +390,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"p","type":"cilium-cni"}"#,
         );
         let r = check(&f.config(&plain, &[&d]), &[f.bin()]);
-        assert_eq!(r.reason_tag(), Some("recursion"));
+        assert_eq!(r.label(), Some("recursion"));
 
         // Pinned to the primary network, missing, not a string, or in another folder: ready.
         let other = tempfile::tempdir().unwrap();

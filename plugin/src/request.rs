@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use crate::error::{Error, Kind, Result};
 use crate::names;
 use crate::names::truncate;
+pub use crate::verb::Command;
 
 /// Upper bound on stdin. A guard config with a GC attachment list for thousands of pods is well
 /// under a megabyte; anything this large is an error, not something to buffer.
@@ -18,50 +19,15 @@ pub const MAX_STDIN: u64 = 16 << 20;
 /// Bound on every CNI_* value (container IDs and interface names have tighter ones, in `names`).
 pub const MAX_VALUE: usize = 4096;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Command {
-    Add,
-    Del,
-    Check,
-    Status,
-    Gc,
-    Version,
-}
-
-impl Command {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Command::Add => "ADD",
-            Command::Del => "DEL",
-            Command::Check => "CHECK",
-            Command::Status => "STATUS",
-            Command::Gc => "GC",
-            Command::Version => "VERSION",
+/// Required parameters per verb (spec 1.1 section 2, as `pkg/skel` enforces them).
+fn required(command: Command) -> &'static [&'static str] {
+    match command {
+        Command::Add | Command::Check => {
+            &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"]
         }
-    }
-
-    pub fn parse(s: &str) -> Option<Command> {
-        Some(match s {
-            "ADD" => Command::Add,
-            "DEL" => Command::Del,
-            "CHECK" => Command::Check,
-            "STATUS" => Command::Status,
-            "GC" => Command::Gc,
-            "VERSION" => Command::Version,
-            _ => return None,
-        })
-    }
-
-    /// Required parameters per verb (spec 1.1 section 2, as `pkg/skel` enforces them).
-    fn required(self) -> &'static [&'static str] {
-        match self {
-            Command::Add | Command::Check => {
-                &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"]
-            }
-            Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"],
-            Command::Status | Command::Gc => &["CNI_PATH"],
-            Command::Version => &[],
-        }
+        Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"],
+        Command::Status | Command::Gc => &["CNI_PATH"],
+        Command::Version => &[],
     }
 }
 
@@ -75,7 +41,6 @@ pub struct Request {
     pub cni_path: Vec<PathBuf>,
     /// `CNI_ARGS` as given (`KEY=VALUE;...`), empty when absent.
     pub cni_args: String,
-    pub stdin: Vec<u8>,
 }
 
 impl Request {
@@ -106,7 +71,7 @@ pub fn command(getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Command> {
 pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Request> {
     let mut problems = Vec::new();
     let mut get = |name: &str| -> String {
-        let required = command.required().contains(&name);
+        let required = required(command).contains(&name);
         match getenv(name) {
             None => {
                 if required {
@@ -163,7 +128,6 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
         ifname,
         cni_path,
         cni_args,
-        stdin: Vec::new(),
     })
 }
 

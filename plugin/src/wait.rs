@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::GuardConfig;
-use crate::readiness::{self, Item, Precondition, Report};
+use crate::readiness::{self, Item, Report, Subject};
 use crate::sys::{Inotify, DIR_CHANGES};
 
 /// Fallback step when inotify itself is unavailable (out of instances or watches).
@@ -18,8 +18,8 @@ const FALLBACK_STEP: Duration = Duration::from_millis(50);
 const SOCKET_POLL_FIRST: Duration = Duration::from_millis(10);
 const SOCKET_POLL_MAX: Duration = Duration::from_millis(200);
 
-/// Checks readiness, waiting up to `wait` for it (ADD's `cfg.wait`, DEL's `cfg.del_wait`).
-/// Returns the last report.
+/// Checks readiness, waiting up to `wait` for it (ADD's `cfg.wait`, DEL's `cfg.del_wait`, cut
+/// to what the verb's deadline leaves). Returns the last report.
 pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf], wait: Duration) -> Report {
     let report = readiness::check(cfg, cni_path);
     if done(&report) || wait.is_zero() {
@@ -27,9 +27,9 @@ pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf], wait: Duration) -> R
     }
     let deadline = Instant::now() + wait;
     let mut report = report;
-    // One instance for the whole wait: adding a watch again is harmless, and every instance
-    // dropped would cost a close.
-    let inotify = Inotify::with_background_close().ok();
+    // One instance for the whole wait: adding a watch again is harmless. (Its last close waits
+    // for the kernel to retire the watches, 20-70 ms, paid only by an ADD that waited anyway.)
+    let inotify = Inotify::new().ok();
     let mut socket_poll = SOCKET_POLL_FIRST;
     loop {
         let watching = inotify
@@ -68,7 +68,7 @@ fn done(report: &Report) -> bool {
 fn socket_bound_not_listening(report: &Report) -> bool {
     report
         .failures()
-        .any(|i| i.what == Precondition::Socket && i.path.exists())
+        .any(|i| i.subject == Subject::Socket && i.path.exists())
 }
 
 /// Watches the directories that matter, or the nearest ancestor that exists. False when some

@@ -261,13 +261,14 @@ static CASES: &[Case] = &[
     case("attachment: a symlink loop", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/a.conf"]}"#), 11, &["symlink loop"]).prep(&[Symlink("net.d/a.conf", "net.d/b.conf"), Symlink("net.d/b.conf", "net.d/a.conf")]),
     case("attachment: an unreadable file", "ADD", &[], Conf(r#"{"attachments":["{dir}/net.d/secret.conf"]}"#), 11, &["not readable"]).prep(UNREADABLE).by_nobody_if_root(),
 
-    // Delegates that name something the guard must never run (the delegate is net.d/00-multus.conf).
-    case("a type that is a path: ../../bin/sh", "ADD", &[], GUARD, 11, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"../../bin/sh"}"#)]),
-    case("a type that is a path: /bin/sh", "ADD", &[], GUARD, 11, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"/bin/sh"}"#)]),
-    case("a type that is a path: bin/sh", "ADD", &[], GUARD, 11, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"bin/sh"}"#)]),
-    case("a type that is a path: .", "ADD", &[], GUARD, 11, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"."}"#)]),
-    case("a type that is a path: ..", "ADD", &[], GUARD, 11, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":".."}"#)]),
-    case("an empty type", "ADD", &[], GUARD, 11, &["empty plugin type"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":""}"#)]),
+    // Delegates that name something the guard must never run (the delegate is net.d/00-multus.conf):
+    // whole files no wait can fix, so configuration errors (7) at once.
+    case("a type that is a path: ../../bin/sh", "ADD", &[], GUARD, 7, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"../../bin/sh"}"#)]),
+    case("a type that is a path: /bin/sh", "ADD", &[], GUARD, 7, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"/bin/sh"}"#)]),
+    case("a type that is a path: bin/sh", "ADD", &[], GUARD, 7, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"bin/sh"}"#)]),
+    case("a type that is a path: .", "ADD", &[], GUARD, 7, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"."}"#)]),
+    case("a type that is a path: ..", "ADD", &[], GUARD, 7, &["not a plain file name"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":".."}"#)]),
+    case("an empty type", "ADD", &[], GUARD, 7, &["empty plugin type"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":""}"#)]),
     case("naming cni-guard", "ADD", &[], GUARD, 7, &["itself"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"1.0.0","name":"n","type":"cni-guard"}"#)]),
     case("naming cni-guard through a conflist", "ADD", &[], Conf(r#"{"delegate":"{dir}/net.d/10-chain.conflist"}"#), 7, &["itself"]).prep(&[File("net.d/10-chain.conflist", r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"},{"type":"cni-guard"}]}"#)]),
     case("naming cni-guard inside Multus delegates", "ADD", &[], GUARD, 7, &["itself"]).prep(&[File("net.d/00-multus.conf", r#"{"cniVersion":"0.3.1","name":"m","type":"bridge","delegates":[{"cniVersion":"0.3.1","name":"g","plugins":[{"type":"cni-guard"}]}]}"#)]),
@@ -287,14 +288,14 @@ static CASES: &[Case] = &[
     // prevResult malformed for CHECK and DEL. An object that is not a valid result is refused
     // by CHECK only: DEL is never refused over it and tears down without a prevResult
     // (plugin/tests/cni.rs, del::a_malformed_prev_result_does_not_stop_teardown).
-    case("malformed prevResult \"x\"", "CHECK", &[], Conf(r#"{"prevResult":"x"}"#), 7, &["prevResult is not an object"]),
-    case("malformed prevResult [1]", "CHECK", &[], Conf(r#"{"prevResult":[1]}"#), 7, &["prevResult is not an object"]),
+    case("malformed prevResult \"x\"", "CHECK", &[], Conf(r#"{"prevResult":"x"}"#), 7, &["prevResult: invalid type"]),
+    case("malformed prevResult [1]", "CHECK", &[], Conf(r#"{"prevResult":[1]}"#), 7, &["prevResult: invalid type"]),
     case("malformed prevResult {\"ips\":\"x\"}", "CHECK", &[], Conf(r#"{"prevResult":{"ips":"x"}}"#), 6, &["invalid prevResult"]),
     case("malformed prevResult {\"ips\":[{}]}", "CHECK", &[], Conf(r#"{"prevResult":{"ips":[{}]}}"#), 6, &["invalid prevResult"]),
     case("malformed prevResult {\"cniVersion\":\"x.y\"}", "CHECK", &[], Conf(r#"{"prevResult":{"cniVersion":"x.y"}}"#), 6, &["invalid prevResult"]),
     case("malformed prevResult {\"cniVersion\":\"1.0.0\",\"dns\":[]}", "CHECK", &[], Conf(r#"{"prevResult":{"cniVersion":"1.0.0","dns":[]}}"#), 6, &["invalid prevResult"]),
-    case("malformed prevResult \"x\"", "DEL", &[], Conf(r#"{"prevResult":"x"}"#), 7, &["prevResult is not an object"]),
-    case("malformed prevResult [1]", "DEL", &[], Conf(r#"{"prevResult":[1]}"#), 7, &["prevResult is not an object"]),
+    case("malformed prevResult \"x\"", "DEL", &[], Conf(r#"{"prevResult":"x"}"#), 7, &["prevResult: invalid type"]),
+    case("malformed prevResult [1]", "DEL", &[], Conf(r#"{"prevResult":[1]}"#), 7, &["prevResult: invalid type"]),
 ];
 
 fn nested_100000_deep(_: &Fx) -> Vec<u8> {

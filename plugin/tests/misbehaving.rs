@@ -517,7 +517,11 @@ fn a_stderr_nobody_reads_never_holds_the_guard() {
     fx.plugin("second", spew);
     fx.delegate(&["first", "second"]);
     let (done, killed) = run_with_unread_stderr(&fx, &fx.guard(json!({})), Duration::from_secs(20));
-    assert!(!killed, "the guard was still writing stderr after {:?}", done.took);
+    assert!(
+        !killed,
+        "the guard was still writing stderr after {:?}",
+        done.took
+    );
     done.ok().prompt("ADD with an unread stderr");
     assert_eq!(done.reply()["ips"][0]["address"], "10.9.0.2/24");
 }
@@ -579,8 +583,8 @@ fn a_delegate_flooding_stderr_is_killed_at_the_deadline() {
     let took = start.elapsed();
     if !finished {
         let _ = child.kill();
-        let _ = child.wait();
     }
+    let _ = child.wait();
     let _ = reader.join();
     assert!(finished, "the guard still relayed the flood after {took:?}");
     let reply: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();

@@ -260,6 +260,10 @@ rejects=(
   "--set-json 'affinity={\"nodeAfinity\":{}}'|'/affinity': additional properties 'nodeAfinity' not allowed"
   "--set podLabels.team=1|'/podLabels/team': got number, want string"
   "--set prometheusRule.missing.for=soon|/prometheusRule/missing/for"
+  "--set delWaitSeconds=100|DEL may take 150 s (lockWaitSeconds 10 + delWaitSeconds 100 + delegateTimeoutSeconds 40), past kubelet's 120 s StopPodSandbox deadline"
+  "--set delegateTimeoutSeconds=90 --set kubeletRuntimeRequestTimeoutSeconds=60|DEL may take 140 s"
+  "--set waitSeconds=600|ADD may take 650 s (lockWaitSeconds 10 + waitSeconds 600 + delegateTimeoutSeconds 40), past kubelet's 240 s RunPodSandbox deadline"
+  "--set kubeletRuntimeRequestTimeoutSeconds=0|/kubeletRuntimeRequestTimeoutSeconds"
 )
 for case in "${rejects[@]}"; do
   args=${case%%|*}
@@ -269,7 +273,7 @@ for case in "${rejects[@]}"; do
   fi
   grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
   case $want in
-    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"*) ;;
+    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"* | *" may take "*) ;;
     *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
   esac
   echo "rejected: $args ($want)"
@@ -476,8 +480,8 @@ for name in names + ["base"]:
                        ("--del-wait-seconds", "delWaitSeconds"),
                        ("--lock-wait-seconds", "lockWaitSeconds"),
                        ("--status-timeout-seconds", "statusTimeoutSeconds")]:
-        # Left out, install writes the plugin's default, except delWaitSeconds: install's 60.
-        expected = int(want[flag][-1]) if want[flag] else (60 if key_ == "delWaitSeconds" else None)
+        # Left out, install writes the plugin's default, except delWaitSeconds: install's 40.
+        expected = int(want[flag][-1]) if want[flag] else (40 if key_ == "delWaitSeconds" else None)
         check(entry.get(key_) == expected, f"{name}: {key_} is {entry.get(key_)}, the values and extraArgs say {expected}")
 
     # --- 7. the conventions reach the DaemonSet -------------------------------------------

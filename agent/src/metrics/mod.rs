@@ -17,7 +17,18 @@
 //! Counters start at 0 when `keep` starts (it begins a new events file), as a process's own
 //! counters do.
 
-use cni_guard::events;
+use cni_guard::events::is_token;
+
+/// The events file's names and bounds as `keep` reads and rotates it.
+mod events {
+    pub use cni_guard::events::FILE;
+    /// The name a rotated file has until `keep` has read it to its end.
+    pub const ROTATED: &str = ".metrics-events.old";
+    /// The longest line the plugin writes.
+    pub const MAX_LINE: usize = 96;
+    /// `keep` rotates past this size.
+    pub const ROTATE_BYTES: u64 = 1 << 20;
+}
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -27,8 +38,6 @@ use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-use events::Event;
 
 /// How long a rotated events file is kept open for writers that opened it just before the
 /// rotation (an append is one system call: microseconds).
@@ -155,22 +164,18 @@ impl Collector {
         };
         let lines: Vec<u8> = r.partial.drain(..complete).collect();
         for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            let known = |e: &Event<'_>| {
-                (VERBS.contains(&e.verb) || e.verb == "other")
-                    && (DECISIONS.contains(&e.decision) || e.decision == "other")
+            let known = |(verb, decision, _): &(&str, &str, &str)| {
+                (VERBS.contains(verb) || *verb == "other")
+                    && (DECISIONS.contains(decision) || *decision == "other")
             };
-            match std::str::from_utf8(line)
-                .ok()
-                .and_then(Event::parse)
-                .filter(known)
-            {
-                Some(e) => {
+            match std::str::from_utf8(line).ok().and_then(parse).filter(known) {
+                Some((verb, decision, reason)) => {
                     *self
                         .decisions
-                        .entry((e.verb.to_owned(), e.decision.to_owned()))
+                        .entry((verb.to_owned(), decision.to_owned()))
                         .or_default() += 1;
-                    if e.decision == "refused" {
-                        *self.refusals.entry(e.reason.to_owned()).or_default() += 1;
+                    if decision == "refused" {
+                        *self.refusals.entry(reason.to_owned()).or_default() += 1;
                     }
                 }
                 None => self.malformed += 1,
@@ -287,11 +292,21 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// One line of the events file (without its newline): `(verb, decision, reason)`; `None` for
+/// anything that is not three tokens.
+fn parse(line: &str) -> Option<(&str, &str, &str)> {
+    let mut it = line.split(' ');
+    let (verb, decision, reason) = (it.next()?, it.next()?, it.next()?);
+    (it.next().is_none() && [verb, decision, reason].into_iter().all(is_token))
+        .then_some((verb, decision, reason))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cni_guard::events::Event;
 
-    fn ev(verb: &'static str, decision: &'static str, reason: &'static str) -> Event<'static> {
+    fn ev(verb: &'static str, decision: &'static str, reason: &'static str) -> Event {
         Event {
             verb,
             decision,
@@ -322,7 +337,7 @@ mod tests {
             ev("status", "refused", "attachment-missing"),
             ev("del", "done", "-"),
         ] {
-            assert!(events::append(&cache, &e));
+            assert!(cni_guard::events::append(&cache, &e));
         }
         c.drain().unwrap();
         let t = c.render(Instant::now());
@@ -414,13 +429,13 @@ mod tests {
             .open(d.path().join(events::ROTATED))
             .and_then(|mut f| io::Write::write_all(&mut f, line.line().as_bytes()))
             .unwrap();
-        assert!(events::append(d.path(), &line));
+        assert!(cni_guard::events::append(d.path(), &line));
         c.drain().unwrap();
         assert_eq!(add_execs(&c), (n + 2) as f64);
         // Removed: put back, and appends go on counting.
         std::fs::remove_file(d.path().join(events::FILE)).unwrap();
         c.drain().unwrap();
-        assert!(events::append(d.path(), &line));
+        assert!(cni_guard::events::append(d.path(), &line));
         c.drain().unwrap();
         assert_eq!(add_execs(&c), (n + 3) as f64);
     }

@@ -764,21 +764,40 @@ fn a_delegate_in_uninterruptible_sleep() {
     for cmd in [
         vec!["truncate", "-s", "32M", image.to_str().unwrap()],
         vec!["mkfs.ext4", "-q", image.to_str().unwrap()],
-        vec!["mount", "-o", "loop", image.to_str().unwrap(), mnt.to_str().unwrap()],
+        vec![
+            "mount",
+            "-o",
+            "loop",
+            image.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+        ],
     ] {
-        let st = std::process::Command::new(cmd[0]).args(&cmd[1..]).status().unwrap();
+        let st = std::process::Command::new(cmd[0])
+            .args(&cmd[1..])
+            .status()
+            .unwrap();
         assert!(st.success(), "{cmd:?}");
     }
     struct Thaw(PathBuf);
     impl Drop for Thaw {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("fsfreeze").arg("-u").arg(&self.0).status();
+            let _ = std::process::Command::new("fsfreeze")
+                .arg("-u")
+                .arg(&self.0)
+                .status();
             std::thread::sleep(Duration::from_millis(200));
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
         }
     }
     let thaw = Thaw(mnt.clone());
-    let st = std::process::Command::new("fsfreeze").arg("-f").arg(&mnt).status().unwrap();
+    let st = std::process::Command::new("fsfreeze")
+        .arg("-f")
+        .arg(&mnt)
+        .status()
+        .unwrap();
     assert!(st.success(), "fsfreeze -f");
     // Two plugins, so the guard runs them as its children; the first blocks in the kernel.
     script(

@@ -73,6 +73,20 @@ Refuses values that cannot work together; included by the DaemonSet.
 {{- if and .Values.podMonitor.enabled .Values.serviceMonitor.enabled }}
 {{- fail "podMonitor.enabled and serviceMonitor.enabled: choose one, each scrapes every pod (the series would be doubled)" }}
 {{- end }}
+{{- /* Each verb's deadline (lock wait + its wait + the delegate's runs) against kubelet's: the
+runtime kills the plugin at StopPodSandbox's (--runtime-request-timeout) and RunPodSandbox's
+(twice it). Left out, a key is the plugin's default, delWaitSeconds install's. */ -}}
+{{- $v := .Values }}
+{{- $t := int $v.kubeletRuntimeRequestTimeoutSeconds }}
+{{- $lock := ternary 10 (int $v.lockWaitSeconds) (kindIs "invalid" $v.lockWaitSeconds) }}
+{{- $delWait := ternary 40 (int $v.delWaitSeconds) (kindIs "invalid" $v.delWaitSeconds) }}
+{{- $run := ternary 40 (int $v.delegateTimeoutSeconds) (kindIs "invalid" $v.delegateTimeoutSeconds) }}
+{{- if gt (add $lock $delWait $run) $t }}
+{{- fail (printf "DEL may take %d s (lockWaitSeconds %d + delWaitSeconds %d + delegateTimeoutSeconds %d), past kubelet's %d s StopPodSandbox deadline (kubeletRuntimeRequestTimeoutSeconds): the runtime would kill it mid-teardown; lower them" (add $lock $delWait $run) $lock $delWait $run $t) }}
+{{- end }}
+{{- if gt (add $lock (int $v.waitSeconds) $run) (mul 2 $t) }}
+{{- fail (printf "ADD may take %d s (lockWaitSeconds %d + waitSeconds %d + delegateTimeoutSeconds %d), past kubelet's %d s RunPodSandbox deadline (twice kubeletRuntimeRequestTimeoutSeconds); lower them" (add $lock (int $v.waitSeconds) $run) $lock (int $v.waitSeconds) $run (mul 2 $t)) }}
+{{- end }}
 {{- range .Values.extraArgs }}
 {{- if regexMatch "^--(bin-dir|conf-dir|conf-name|delegate|attachment|socket|cache-dir|metrics-address|host-root|cni-path)(=|$)" . }}
 {{- fail (printf "extraArgs: %s: the chart mounts and probes by its own value of that flag (see values.yaml)" .) }}

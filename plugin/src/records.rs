@@ -1,82 +1,147 @@
 //! The guard's records: for each attachment made through the guard, the delegate configuration
-//! it was made with, so DEL can tear it down after the delegate file is gone or has changed.
+//! it was made with, so DEL (and CHECK) use it after the delegate file is gone or has changed.
 //!
 //! Layout:
 //!
 //! ```text
 //! <cacheDir>/                             0700, a real directory owned by the guard's user,
 //!                                         writable by nobody else (group included)
+//!   .<network>.lock                       0600, the attachments' locks: one byte each
 //!   <network>/                            0700, one per guard network name
-//!     <containerID>:<ifname>.json         0600, one record per attachment (empty while locked
-//!                                         for an attachment that has no record yet)
+//!     <containerID>:<ifname>.json         0600, one record per attachment
 //!     .<containerID>:<ifname>.json.tmp    a record being written
 //! ```
 //!
 //! `:` can appear in neither a container ID nor an interface name (both validated before they
-//! reach a path), so the file name is unambiguous. A new attachment's record is created unnamed
-//! (`O_TMPFILE`), locked and written, then linked to its name: one inode, and nobody can see it
-//! before it is complete. Otherwise (a record already there, or no `O_TMPFILE`) it is written to
-//! a temp file in the same directory and renamed into place. Either way a reader sees the old
-//! record or the new one, never a part. There is no fsync: records are written on every pod
-//! start, the page cache outlives a killed process, and libcni and Multus do not fsync their
-//! caches either.
+//! reach a path), so the file name is unambiguous; a network name never starts with `.`, so the
+//! lock file is never a network's folder. A record is written to its temp file and renamed into
+//! place: a reader sees the old record or the new one, never a part. There is no fsync: records
+//! are written on every pod start, the page cache outlives a killed process, and libcni and
+//! Multus do not fsync their caches either.
 //!
-//! Every file is opened relative to the network directory's descriptor, itself opened with
-//! `O_DIRECTORY|O_NOFOLLOW` after the cache dir was checked ([`dir`]), and every open is
-//! `O_NOFOLLOW`: a symlink planted in the cache dir is never followed.
+//! Every file is opened relative to the directory descriptor this store opened, with
+//! `O_NOFOLLOW`, and listed through it: a symlink planted in the cache dir is never followed,
+//! and a directory swapped in at the same path is never touched.
 //!
-//! **Serialisation.** ADD and DEL of the same attachment exclude each other with a lock on the
-//! record file's inode ([`lock`]), held from before the record is read or written until the
-//! delegate has finished, and waited for at most `lockWaitSeconds`. Since a write replaces the
-//! inode (rename), a writer locks the new inode before the rename; whoever waited on the old one
-//! sees, once it has its lock, that the name now points elsewhere, and locks again. An
-//! attachment without a record is locked through an empty placeholder file at the record's
-//! name, removed when the lock is released. ADD may end by exec'ing the delegate: then
-//! [`Store::exec_lock`] hands the lock over, so the exec'd delegate holds it until it exits.
-//! Whoever holds the lock also removes the attachment's temp file and an empty placeholder that
-//! a killed process left: neither survives the next ADD or DEL of that attachment.
+//! **Serialisation.** ADD and DEL of the same attachment exclude each other with a POSIX record
+//! lock on one byte of the network's lock file, at an offset hashed from the attachment's name
+//! ([`lock_offset`]; two attachments that share one merely wait for each other). It is taken
+//! before the record is read or written and held until the delegate has finished, waited for
+//! at most `lockWaitSeconds`. A POSIX lock belongs to the process that took it: it is kept
+//! across `execve` (ADD may end by exec'ing the delegate, which then holds the attachment until
+//! it exits: [`Store::exec_lock`]) and is not inherited by `fork`, so nothing the delegate starts
+//! holds it after the delegate is gone. Two rules follow: a process holds one attachment at a
+//! time, and it never opens and closes a second descriptor of the lock file (closing any
+//! descriptor of a file drops the process's locks on it). The holder also removes the temp file
+//! a killed writer of its attachment left.
 //!
 //! A record file holds `{"containerID", "ifname", "network", "cniVersion", "delegatePath",
-//! "delegate"}` ([`format`]), `delegate` being the delegate file's JSON as it was at ADD.
-
-mod dir;
-mod format;
-mod lock;
+//! "delegate"}`, `delegate` being the delegate file's JSON as it was at ADD.
 
 use std::ffi::OsStr;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
 use crate::error::{Error, Kind, Result};
 use crate::names;
-use crate::sys;
-use crate::sys::at;
-use dir::{check_dir, dir_open_error, io_error, DirMeta};
-pub use format::Record;
-use lock::{Busy, Lock, Wait};
+use crate::sys::{self, at, Expect};
 
 const MAX_RECORD_BYTES: u64 = 16 << 20;
+
+/// What DEL needs to know about an attachment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub container_id: String,
+    pub ifname: String,
+    pub network: String,
+    pub cni_version: String,
+    pub delegate_path: PathBuf,
+    /// The delegate configuration's bytes, as loaded at ADD.
+    pub delegate: Vec<u8>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordFile {
+    #[serde(rename = "containerID")]
+    container_id: String,
+    ifname: String,
+    network: String,
+    cni_version: String,
+    delegate_path: PathBuf,
+    delegate: Box<RawValue>,
+}
+
+impl Record {
+    /// The record file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = serde_json::json!({
+            "containerID": self.container_id,
+            "ifname": self.ifname,
+            "network": self.network,
+            "cniVersion": self.cni_version,
+            "delegatePath": self.delegate_path,
+        });
+        let mut out = serde_json::to_vec(&header).expect("strings always serialize");
+        // The delegate bytes were validated as JSON when loaded: splice them in unparsed.
+        out.pop();
+        out.extend_from_slice(b",\"delegate\":");
+        out.extend_from_slice(&self.delegate);
+        out.extend_from_slice(b"}\n");
+        out
+    }
+
+    /// Parses a record file's bytes; the error says why.
+    pub fn decode(bytes: &[u8]) -> std::result::Result<Record, serde_json::Error> {
+        let f: RecordFile = serde_json::from_slice(bytes)?;
+        Ok(Record {
+            container_id: f.container_id,
+            ifname: f.ifname,
+            network: f.network,
+            cni_version: f.cni_version,
+            delegate_path: f.delegate_path,
+            delegate: f.delegate.get().as_bytes().to_vec(),
+        })
+    }
+}
 
 /// The records of one guard network, and the one attachment this process holds locked.
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
     fd: OwnedFd,
-    held: Option<Lock>,
-    /// How long to wait for another process holding an attachment.
+    /// The network's lock file; `None` on a read-only cache dir that has none (nothing to lock:
+    /// nothing can be written there either).
+    locks: Option<OwnedFd>,
+    /// The byte this process holds locked, with its attachment's record name.
+    held: Option<(String, u64)>,
     lock_wait: Duration,
+}
+
+fn io_error(path: &Path, what: &str, e: &io::Error) -> Error {
+    Error::new(Kind::Io, format!("cannot {what} {}: {e}", path.display()))
+}
+
+/// The cache dir or the network's folder is not one the guard may keep records in.
+fn untrusted(path: &Path, why: &str) -> Error {
+    Error::new(
+        Kind::Misconfigured,
+        format!("cacheDir {} {why}", path.display()),
+    )
+    .with_details("the guard keeps its records only in a private directory it owns")
 }
 
 impl Store {
     /// Opens `<cache_dir>/<network>`, creating both as needed. Refuses a cache dir that is a
     /// symlink, not a directory, owned by another user, or writable by its group or others.
     pub fn create(cache_dir: &Path, network: &str, lock_wait: Duration) -> Result<Store> {
-        let dir = cache_dir.join(network);
         Self::open(cache_dir, network, lock_wait, true)?
-            .ok_or_else(|| io_error(&dir, "create", &io::ErrorKind::NotFound.into()))
+            .ok_or_else(|| io_error(cache_dir, "create", &io::ErrorKind::NotFound.into()))
     }
 
     /// Opens `<cache_dir>/<network>` if it exists (`None` if not), with the same checks.
@@ -91,7 +156,7 @@ impl Store {
     fn open(
         cache_dir: &Path,
         network: &str,
-        lock_wait: Duration,
+        wait: Duration,
         create: bool,
     ) -> Result<Option<Store>> {
         if let Err(why) = names::network_name(network) {
@@ -100,59 +165,35 @@ impl Store {
                 format!("network name {why}: it cannot name a record directory"),
             ));
         }
-        match std::fs::symlink_metadata(cache_dir) {
-            Ok(meta) => check_dir(cache_dir, &DirMeta::of(&meta))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if !create {
-                    return Ok(None);
-                }
-                if let Some(parent) = cache_dir.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| io_error(parent, "create", &e))?;
-                }
-                match std::fs::DirBuilder::new().mode(0o700).create(cache_dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(io_error(cache_dir, "create", &e)),
-                }
+        if create {
+            if let Some(parent) = cache_dir.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_error(parent, "create", &e))?;
             }
-            Err(e) => return Err(io_error(cache_dir, "examine", &e)),
         }
-        // The checks again on what was actually opened: the name may have been swapped since.
-        let top =
-            at::open_dir(None, cache_dir.as_os_str()).map_err(|e| dir_open_error(cache_dir, &e))?;
-        check_dir(cache_dir, &DirMeta::stat(&top, cache_dir)?)?;
-
+        let Some(top) = open_dir(None, cache_dir, create)? else {
+            return Ok(None);
+        };
         let dir = cache_dir.join(network);
-        let name = OsStr::new(network);
-        if at::lstat(&top, name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK) {
-            return Err(dir_open_error(
-                &dir,
-                &io::Error::from_raw_os_error(libc::ELOOP),
-            ));
+        let Some(fd) = open_dir(Some(&top), &dir, create)? else {
+            return Ok(None);
+        };
+        let lock_name = format!(".{network}.lock");
+        let locks = match at::open_lock(&top, OsStr::new(&lock_name)) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => None,
+            Err(e) => return Err(io_error(&cache_dir.join(&lock_name), "open", &e)),
+        };
+        if let Some(l) = &locks {
+            sys::trust(l, Expect::File)
+                .map_err(|why| untrusted(&cache_dir.join(&lock_name), &why))?;
         }
-        let store = |dir: PathBuf, fd| Store {
+        Ok(Some(Store {
             dir,
             fd,
+            locks,
             held: None,
-            lock_wait,
-        };
-        match at::open_dir(Some(&top), name) {
-            Ok(fd) => {
-                check_dir(&dir, &DirMeta::stat(&fd, &dir)?)?;
-                return Ok(Some(store(dir, fd)));
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !create => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => return Err(dir_open_error(&dir, &e)),
-        }
-        match at::mkdir(&top, name, 0o700) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => return Err(io_error(&dir, "create", &e)),
-        }
-        let fd = at::open_dir(Some(&top), name).map_err(|e| dir_open_error(&dir, &e))?;
-        check_dir(&dir, &DirMeta::stat(&fd, &dir)?)?;
-        Ok(Some(store(dir, fd)))
+            lock_wait: wait,
+        }))
     }
 
     pub fn dir(&self) -> &Path {
@@ -164,75 +205,39 @@ impl Store {
     /// so a DEL of the same attachment waits for the ADD to finish. Another process holding the
     /// attachment past `lockWaitSeconds`: code 11.
     pub fn write(&mut self, record: &Record) -> Result<()> {
-        let name = file_name(&record.container_id, &record.ifname)?;
-        let tmp = temp_name(&name);
-        let path = self.dir.join(&name);
-        let old = match self.held.take() {
-            Some(lock) if lock.name == name => lock,
-            other => {
-                if let Some(lock) = other {
-                    self.release(lock);
-                }
-                // A new attachment (the common case: a new sandbox): the record is created
-                // unnamed, locked and written, then linked into place. One inode and one link,
-                // against the placeholder, the temp file and the rename over the placeholder
-                // below (twice the journal work on ext4, measured by scripts/bench.sh); and it is
-                // locked and complete before anyone can open it. Taken name (EEXIST) or no
-                // O_TMPFILE here: the general path.
-                if let Some(fd) = self
-                    .link_new(&name, &record.encode())
-                    .map_err(|e| io_error(&path, "create", &e))?
-                {
-                    self.held = Some(Lock { name, fd });
-                    return Ok(());
-                }
-                self.lock(&name, self.deadline())
-                    .map_err(|e| io_error(&path, "lock", &e))?
-                    .map_err(|busy| busy_error(&record.container_id, &record.ifname, &busy))?
-            }
-        };
+        let name = self.lock(&record.container_id, &record.ifname)?;
+        let (tmp, path) = (temp_name(&name), self.dir.join(&name));
         let tmp_path = self.dir.join(&tmp);
         let result = (|| {
             remove_entry(&self.fd, &tmp).map_err(|e| io_error(&tmp_path, "remove", &e))?;
             let fd = at::create_new(&self.fd, OsStr::new(&tmp), 0o600)
                 .map_err(|e| io_error(&tmp_path, "create", &e))?;
-            // Nobody else can know this new inode yet: the lock is granted at once.
-            lock::take(&fd, Wait::Once)
-                .map_err(|e| io_error(&tmp_path, "lock", &e))?
-                .map_err(|_| io_error(&tmp_path, "lock", &io::ErrorKind::WouldBlock.into()))?;
-            let mut file = std::fs::File::from(fd);
-            file.write_all(&record.encode())
+            std::fs::File::from(fd)
+                .write_all(&record.encode())
                 .map_err(|e| io_error(&tmp_path, "write", &e))?;
             at::rename(&self.fd, OsStr::new(&tmp), OsStr::new(&name))
-                .map_err(|e| io_error(&path, "rename into", &e))?;
-            Ok(OwnedFd::from(file))
+                .map_err(|e| io_error(&path, "rename into", &e))
         })();
-        match result {
-            Ok(fd) => {
-                self.held = Some(Lock { name, fd });
-                // The old inode is no longer the record: nothing to clean, just let it go.
-                drop(old.fd);
-                Ok(())
-            }
-            Err(e) => {
-                let _ = remove_entry(&self.fd, &tmp);
-                self.held = Some(old);
-                Err(e)
-            }
+        if result.is_err() {
+            let _ = remove_entry(&self.fd, &tmp);
         }
+        result
     }
 
-    /// Hands the held lock over for an exec: its descriptor, no longer close-on-exec, for the
-    /// caller to keep open until it execs the delegate, which then holds the attachment until
+    /// Hands the lock over for an exec: the lock file's descriptor, no longer close-on-exec, for
+    /// the caller to keep open until it execs the delegate, which then holds the attachment until
     /// it exits. `Ok(None)` when nothing is held. On failure the lock stays with the store.
     pub fn exec_lock(&mut self) -> io::Result<Option<OwnedFd>> {
-        let Some(lock) = self.held.take() else {
+        if self.held.is_none() {
+            return Ok(None);
+        }
+        let Some(fd) = self.locks.take() else {
             return Ok(None);
         };
-        match sys::set_cloexec(lock.fd.as_fd(), false) {
-            Ok(()) => Ok(Some(lock.fd)),
+        match sys::set_cloexec(fd.as_fd(), false) {
+            Ok(()) => Ok(Some(fd)),
             Err(e) => {
-                self.held = Some(lock);
+                self.locks = Some(fd);
                 Err(e)
             }
         }
@@ -242,52 +247,33 @@ impl Store {
     /// there is none. The attachment stays locked until the store is dropped (or another is
     /// locked), so the caller can tear it down and [`remove`](Store::remove) the record without
     /// an ADD in between. Another process holding it past the bound: code 11; a record that
-    /// cannot be read or parsed: code 5, for the caller to log and carry on.
+    /// cannot be trusted, read or parsed: code 5, for the caller to log and carry on.
     pub fn read(&mut self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
-        let name = file_name(container_id, ifname)?;
+        let name = self.lock(container_id, ifname)?;
         let path = self.dir.join(&name);
-        self.take_lock(&name)
-            .map_err(|e| io_error(&path, "lock record", &e))?
-            .map_err(|busy| busy_error(container_id, ifname, &busy))?;
-        let Some(lock) = &self.held else {
-            // A read-only cache dir without this record: nothing to read, nothing to lock.
-            return Ok(None);
+        let fd = match at::open_read(&self.fd, OsStr::new(&name)) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            other => other.map_err(|e| io_error(&path, "open record", &e))?,
         };
         // Trusted only if only the guard's user could have written it: a record names the
         // delegate that DEL runs as that user.
-        let st = at::fstat(&lock.fd).map_err(|e| io_error(&path, "examine record", &e))?;
-        let euid = sys::geteuid();
-        if st.st_uid != euid {
-            return Err(Error::new(
+        let not_trusted = |why: String| {
+            Error::new(
                 Kind::Io,
-                format!(
-                    "record {} is owned by uid {}, not by the guard's uid {euid}: not trusted",
-                    path.display(),
-                    st.st_uid
-                ),
-            ));
-        }
-        if st.st_mode & 0o022 != 0 {
-            return Err(Error::new(
-                Kind::Io,
-                format!(
-                    "record {} is writable by group or others (mode {:o}): not trusted",
-                    path.display(),
-                    st.st_mode & 0o7777
-                ),
-            ));
-        }
-        // The lock is on the record's own inode: read through it.
+                format!("record {} {why}: not trusted", path.display()),
+            )
+        };
+        sys::trust(&fd, Expect::File).map_err(not_trusted)?;
         let mut bytes = Vec::new();
-        at::pread_all(&lock.fd, MAX_RECORD_BYTES, &mut bytes)
+        at::pread_all(&fd, MAX_RECORD_BYTES, &mut bytes)
             .map_err(|e| io_error(&path, "read record", &e))?;
         if bytes.is_empty() {
+            // A placeholder an earlier version left: no record.
             return Ok(None);
         }
         let corrupt =
             |why: String| Error::new(Kind::Io, format!("record {} {why}", path.display()));
-        let record =
-            Record::decode(&bytes).map_err(|e| corrupt(format!("is corrupt: {}", e.msg())))?;
+        let record = Record::decode(&bytes).map_err(|e| corrupt(format!("is corrupt: {e}")))?;
         if record.container_id != container_id || record.ifname != ifname {
             return Err(corrupt("belongs to another attachment".to_owned()));
         }
@@ -297,28 +283,22 @@ impl Store {
     /// Removes an attachment's record (and a temp file a killed writer left); a missing record
     /// is fine.
     pub fn remove(&mut self, container_id: &str, ifname: &str) -> Result<()> {
-        let name = file_name(container_id, ifname)?;
-        let path = self.dir.join(&name);
-        self.take_lock(&name)
-            .map_err(|e| io_error(&path, "lock", &e))?
-            .map_err(|busy| busy_error(container_id, ifname, &busy))?;
-        let tmp = temp_name(&name);
-        remove_entry(&self.fd, &tmp).map_err(|e| io_error(&self.dir.join(&tmp), "remove", &e))?;
-        remove_entry(&self.fd, &name).map_err(|e| io_error(&path, "remove", &e))
+        let name = self.lock(container_id, ifname)?;
+        for n in [temp_name(&name), name] {
+            remove_entry(&self.fd, &n).map_err(|e| io_error(&self.dir.join(&n), "remove", &e))?;
+        }
+        Ok(())
     }
 
-    /// Every record's attachment, as `(containerID, ifname)`, read from the file names.
-    /// Placeholders (empty files of attachments being locked) are not records.
+    /// Every record's attachment, as `(containerID, ifname)`, read from the names in the
+    /// directory this store opened.
     pub fn list(&self) -> Result<Vec<(String, String)>> {
-        let mut out = Vec::new();
-        for name in self.names()? {
-            if let Some((id, ifname)) = parse_name(&name) {
-                if at::lstat(&self.fd, OsStr::new(&name)).is_ok_and(|st| st.st_size == 0) {
-                    continue;
-                }
-                out.push((id.to_owned(), ifname.to_owned()));
-            }
-        }
+        let mut out: Vec<(String, String)> = self
+            .names()?
+            .iter()
+            .filter_map(|n| parse_name(n))
+            .map(|(id, ifname)| (id.to_owned(), ifname.to_owned()))
+            .collect();
         out.sort();
         Ok(out)
     }
@@ -326,162 +306,132 @@ impl Store {
     /// Removes temp files whose writer is gone (its attachment is not locked). Returns how many
     /// were removed. Lets go of the attachment this store held.
     pub fn sweep_temp_files(&mut self) -> usize {
-        if let Some(lock) = self.held.take() {
-            self.release(lock);
-        }
-        let Ok(names) = self.names() else {
-            return 0;
-        };
+        self.release();
         let mut removed = 0;
-        for tmp in names {
-            let Some(record) = record_of_temp(&tmp) else {
+        for tmp in self.names().unwrap_or_default() {
+            let Some((id, ifname)) = record_of_temp(&tmp).and_then(parse_name) else {
                 continue;
             };
-            if parse_name(record).is_none() {
-                continue;
-            }
-            // A writer holds its attachment's lock: if we get it, nobody is writing.
-            let Ok(Ok(lock)) = self.lock(record, Wait::Once) else {
-                continue;
-            };
-            if remove_entry(&self.fd, &tmp).is_ok() {
+            // A writer holds its attachment's lock: if we get it at once, nobody is writing.
+            if self
+                .try_lock(&format!("{id}:{ifname}.json"), Instant::now())
+                .is_ok()
+                && remove_entry(&self.fd, &tmp).is_ok()
+            {
                 removed += 1;
             }
-            self.release(lock);
+            self.release();
         }
         removed
     }
 
-    fn deadline(&self) -> Wait {
-        Wait::Until(Instant::now() + self.lock_wait)
-    }
-
-    /// Lets a lock go. Whoever holds it is the only one who could be writing the attachment's
-    /// temp file or placeholder: those are left-overs of a killed process, or our own, and go.
-    fn release(&self, lock: Lock) {
-        let _ = remove_entry(&self.fd, &temp_name(&lock.name));
-        let name = OsStr::new(&lock.name);
-        if let (Ok(st), Ok(now)) = (at::fstat(&lock.fd), at::lstat(&self.fd, name)) {
-            if st.st_size == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev {
-                let _ = remove_entry(&self.fd, &lock.name);
-            }
-        }
-    }
-
     fn names(&self) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(|e| io_error(&self.dir, "list", &e))? {
-            let entry = entry.map_err(|e| io_error(&self.dir, "list", &e))?;
-            if let Some(name) = entry.file_name().to_str() {
-                out.push(name.to_owned());
-            }
-        }
-        Ok(out)
+        at::list(&self.fd).map_err(|e| io_error(&self.dir, "list", &e))
     }
 
-    /// Makes `name` the attachment this process holds locked (waiting at most the bound),
-    /// releasing any other. On a read-only file system where the record does not exist,
-    /// nothing is locked.
-    fn take_lock(&mut self, name: &str) -> io::Result<std::result::Result<(), Busy>> {
-        if self.held.as_ref().is_some_and(|l| l.name == name) {
-            return Ok(Ok(()));
-        }
-        if let Some(lock) = self.held.take() {
-            self.release(lock);
-        }
-        match self.lock(name, self.deadline()) {
-            Ok(Ok(lock)) => {
-                self.held = Some(lock);
-                Ok(Ok(()))
-            }
-            Ok(Err(busy)) => Ok(Err(busy)),
-            Err(e) if e.raw_os_error() == Some(libc::EROFS) => Ok(Ok(())),
-            Err(e) => Err(e),
-        }
+    /// Makes the attachment the one this process holds locked (waiting at most the bound),
+    /// releasing any other; returns its record's name.
+    fn lock(&mut self, container_id: &str, ifname: &str) -> Result<String> {
+        let name = file_name(container_id, ifname)?;
+        let deadline = Instant::now() + self.lock_wait;
+        self.try_lock(&name, deadline).map_err(|e| match e {
+            Locked::Busy { holder, waited } => busy_error(container_id, ifname, holder, waited),
+            Locked::Failed(e) => io_error(&self.dir, "lock an attachment in", &e),
+        })?;
+        Ok(name)
     }
 
-    /// Creates the record of an attachment that has none: an unnamed file, locked and written,
-    /// then linked to `name`. `Ok(None)` when the name is taken or the file system has no
-    /// `O_TMPFILE`: the caller takes the general path.
-    fn link_new(&self, name: &str, bytes: &[u8]) -> io::Result<Option<OwnedFd>> {
-        let fd = match at::create_unnamed(&self.fd, 0o600) {
-            Ok(fd) => fd,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
-                ) =>
-            {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
+    fn try_lock(&mut self, name: &str, deadline: Instant) -> std::result::Result<(), Locked> {
+        if self.held.as_ref().is_some_and(|(n, _)| n == name) {
+            return Ok(());
+        }
+        self.release();
+        let Some(locks) = &self.locks else {
+            return Ok(());
         };
-        // Nobody else can know this unnamed inode: the lock is granted at once.
-        if lock::take(&fd, Wait::Once)?.is_err() {
-            return Ok(None);
-        }
-        let mut file = std::fs::File::from(fd);
-        file.write_all(bytes)?;
-        let fd = OwnedFd::from(file);
-        match at::link_into(&fd, &self.fd, OsStr::new(name)) {
-            Ok(()) => {
-                // Holding the lock: a temp file a killed writer left goes, as on the general
-                // path (one unlinkat; nothing to journal when there is none).
-                remove_entry(&self.fd, &temp_name(name))?;
-                Ok(Some(fd))
-            }
-            // Taken (EEXIST), or no /proc to link through: the general path.
-            Err(_) => Ok(None),
-        }
-    }
-
-    /// Locks the inode at `name`, creating an empty placeholder when there is none, and makes
-    /// sure the lock is on what the name points to once it is granted.
-    fn lock(&self, name: &str, wait: Wait) -> io::Result<std::result::Result<Lock, Busy>> {
-        let cname = OsStr::new(name);
+        let (start, offset) = (Instant::now(), lock_offset(name));
+        let mut pause = Duration::from_millis(1);
         loop {
-            let fd = at::open_lock(&self.fd, cname)?;
-            let st = at::fstat(&fd)?;
-            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                return Err(io::Error::other("it is not a regular file"));
-            }
-            if let Err(busy) = lock::take(&fd, wait)? {
-                return Ok(Err(busy));
-            }
-            match at::lstat(&self.fd, cname) {
-                Ok(now) if now.st_ino == st.st_ino && now.st_dev == st.st_dev => {
-                    return Ok(Ok(Lock {
-                        name: name.to_owned(),
-                        fd,
-                    }))
+            match at::lock_byte(locks, offset) {
+                Ok(None) => break,
+                Ok(Some(holder)) if Instant::now() >= deadline => {
+                    return Err(Locked::Busy {
+                        holder,
+                        waited: start.elapsed(),
+                    })
                 }
-                // Replaced or removed while we waited: lock what is there now.
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(e) => return Err(e),
+                Ok(Some(_)) => {
+                    std::thread::sleep(pause.min(deadline - Instant::now()));
+                    pause = (pause * 2).min(Duration::from_millis(25));
+                }
+                Err(e) => return Err(Locked::Failed(e)),
             }
         }
+        self.held = Some((name.to_owned(), offset));
+        // Whoever holds the attachment is the only one who could be writing its temp file: one
+        // that is there now is a killed writer's.
+        let _ = remove_entry(&self.fd, &temp_name(name));
+        Ok(())
     }
-}
 
-impl Drop for Store {
-    fn drop(&mut self) {
-        if let Some(lock) = self.held.take() {
-            self.release(lock);
+    fn release(&mut self) {
+        if let (Some((_, offset)), Some(locks)) = (self.held.take(), &self.locks) {
+            let _ = at::unlock_byte(locks, offset);
         }
     }
 }
 
-/// The error for an attachment another process holds past the bound.
-fn busy_error(container_id: &str, ifname: &str, busy: &Busy) -> Error {
-    let who = match busy.holder {
+enum Locked {
+    Busy { holder: i32, waited: Duration },
+    Failed(io::Error),
+}
+
+/// Opens a directory the guard keeps records in (creating it when asked and missing), relative
+/// to `parent` or by path, checked as it was opened; `None` when it is missing and not created.
+fn open_dir(parent: Option<&OwnedFd>, path: &Path, create: bool) -> Result<Option<OwnedFd>> {
+    let name = match parent {
+        Some(_) => path.file_name().unwrap_or(path.as_os_str()),
+        None => path.as_os_str(),
+    };
+    let fd = match at::open_dir(parent, name) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !create => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match at::mkdir(parent, name, 0o700) {
+            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => {
+                return Err(io_error(path, "create", &e))
+            }
+            _ => at::open_dir(parent, name),
+        },
+        other => other,
+    };
+    let fd = fd.map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => untrusted(path, "is a symlink"),
+        Some(libc::ENOTDIR) if path.is_symlink() => untrusted(path, "is a symlink"),
+        Some(libc::ENOTDIR) => untrusted(path, "is not a directory"),
+        _ => io_error(path, "open", &e),
+    })?;
+    sys::trust(&fd, Expect::Dir).map_err(|why| untrusted(path, &why))?;
+    Ok(Some(fd))
+}
+
+fn busy_error(container_id: &str, ifname: &str, holder: i32, waited: Duration) -> Error {
+    let who = match holder {
         0 => "another process".to_owned(),
         pid => format!("process {pid}"),
     };
     Error::new(Kind::Busy, format!(
-            "cni-guard: attachment {container_id}/{ifname} is held by {who} (an ADD or DEL of it still running) after waiting {:.1}s",
-            busy.waited.as_secs_f64()
-        )).with_details("lockWaitSeconds bounds the wait; the runtime retries")
+        "cni-guard: attachment {container_id}/{ifname} is held by {who} (an ADD or DEL of it still running) after waiting {:.1}s",
+        waited.as_secs_f64()
+    ))
+    .with_details("lockWaitSeconds bounds the wait; the runtime retries")
+}
+
+/// The byte of the lock file that stands for the attachment whose record is `name` (FNV-1a,
+/// within the first TiB).
+pub fn lock_offset(name: &str) -> u64 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash & ((1 << 40) - 1)
 }
 
 /// `<containerID>:<ifname>.json`. The name rules ([`names`]) keep `/` and `:` out of both
@@ -535,22 +485,24 @@ mod tests {
 
     const W: Duration = Duration::from_secs(5);
 
-    /// Another process holding a POSIX write lock on `path` (POSIX locks never conflict
-    /// within one process, so the holder must be another one), until it is killed.
+    /// Another process holding the POSIX write lock of attachment `c1:eth0` of network `g`
+    /// under `cache` (POSIX locks never conflict within one process, so the holder must be
+    /// another one), until it is killed.
     struct Holder(Child);
 
     impl Holder {
-        fn lock(path: &Path) -> Holder {
+        fn lock(cache: &Path) -> Holder {
             let mut child = Command::new("python3")
                 .args([
                     "-c",
                     "import fcntl,sys,time\n\
                      f=open(sys.argv[1],'r+')\n\
-                     fcntl.lockf(f,fcntl.LOCK_EX)\n\
+                     fcntl.lockf(f,fcntl.LOCK_EX,1,int(sys.argv[2]))\n\
                      print('locked',flush=True)\n\
                      time.sleep(60)",
                 ])
-                .arg(path)
+                .arg(cache.join(".g.lock"))
+                .arg(lock_offset("c1:eth0.json").to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("python3 runs the lock holder");
@@ -669,7 +621,7 @@ mod tests {
         writer.write(&record("c1")).unwrap();
         drop(writer);
         // c1 is locked by a live writer: its temp file is in progress, not stale.
-        let _writer = Holder::lock(&d.path().join("g/c1:eth0.json"));
+        let _writer = Holder::lock(d.path());
         let live = d.path().join("g/.c1:eth0.json.tmp");
         let dead = d.path().join("g/.c2:eth0.json.tmp");
         for p in [&live, &dead] {
@@ -679,8 +631,12 @@ mod tests {
         assert_eq!(gc.sweep_temp_files(), 1);
         assert!(live.exists());
         assert!(!dead.exists());
-        // Locking c2 to sweep left no placeholder behind.
+        // Locking c2 to sweep left nothing behind.
         assert_eq!(gc.list().unwrap(), [("c1".to_owned(), "eth0".to_owned())]);
+        assert_eq!(
+            names(&d.path().join("g")),
+            [".c1:eth0.json.tmp", "c1:eth0.json"]
+        );
     }
 
     fn names(dir: &Path) -> Vec<String> {
@@ -696,8 +652,8 @@ mod tests {
     fn the_next_holder_removes_what_a_killed_process_left() {
         let d = tempfile::tempdir().unwrap();
         let mut s = Store::create(d.path(), "g", W).unwrap();
-        // Killed after locking a new attachment (placeholder) and mid-way through its temp file.
-        std::fs::write(s.dir().join("c1:eth0.json"), "").unwrap();
+        // Killed mid-way through a new attachment's temp file: no record, and the next holder
+        // removes the temp file.
         std::fs::write(s.dir().join(".c1:eth0.json.tmp"), "{\"contain").unwrap();
         assert_eq!(s.read("c1", "eth0").unwrap(), None);
         drop(s);
@@ -708,6 +664,12 @@ mod tests {
         let mut s = Store::open_existing(d.path(), "g", W).unwrap().unwrap();
         assert_eq!(s.read("c1", "eth0").unwrap().unwrap(), record("c1"));
         drop(s);
+        assert_eq!(names(&d.path().join("g")), ["c1:eth0.json"]);
+        // An empty placeholder an earlier version left is no record, and DEL removes it.
+        std::fs::write(d.path().join("g/c2:eth0.json"), "").unwrap();
+        let mut s = Store::open_existing(d.path(), "g", W).unwrap().unwrap();
+        assert_eq!(s.read("c2", "eth0").unwrap(), None);
+        s.remove("c2", "eth0").unwrap();
         assert_eq!(names(&d.path().join("g")), ["c1:eth0.json"]);
     }
 
@@ -730,9 +692,12 @@ mod tests {
         std::fs::write(&target, "precious").unwrap();
         let mut s = Store::create(&d.path().join("cache"), "g", W).unwrap();
         std::os::unix::fs::symlink(&target, s.dir().join("c1:eth0.json")).unwrap();
-        assert_eq!(s.write(&record("c1")).unwrap_err().code(Verb::Add), 5);
-        assert!(s.read("c1", "eth0").is_err());
+        assert_eq!(s.read("c1", "eth0").unwrap_err().code(Verb::Add), 5);
+        // A write replaces the link itself (a rename), never what it points at.
+        s.write(&record("c1")).unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
+        assert!(!s.dir().join("c1:eth0.json").is_symlink());
+        assert_eq!(s.read("c1", "eth0").unwrap().unwrap(), record("c1"));
         // A FIFO in its place: refused at once, never opened for a blocking read.
         std::fs::remove_file(s.dir().join("c1:eth0.json")).unwrap();
         nix::unistd::mkfifo(
@@ -774,7 +739,7 @@ mod tests {
         let mut s = Store::create(d.path(), "g", W).unwrap();
         s.write(&record("c1")).unwrap();
         drop(s);
-        let holder = Holder::lock(&d.path().join("g/c1:eth0.json"));
+        let holder = Holder::lock(d.path());
         let short = Duration::from_millis(200);
         let mut s = Store::open_existing(d.path(), "g", short).unwrap().unwrap();
         for e in [
@@ -802,7 +767,7 @@ mod tests {
         let mut s = Store::create(d.path(), "g", W).unwrap();
         s.write(&record("c1")).unwrap();
         drop(s);
-        let holder = Holder::lock(&d.path().join("g/c1:eth0.json"));
+        let holder = Holder::lock(d.path());
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             drop(holder);

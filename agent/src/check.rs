@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::budget;
 use crate::files::{conf_files, under_root};
 use crate::Flags;
-use cni_guard::config::{Entry, GuardConfig, GUARD_TYPE, KUBELET_RUNTIME_REQUEST_TIMEOUT};
+use cni_guard::config::{Entry, GuardConfig, GUARD_TYPE};
 use cni_guard::error::{code, Error, Kind, Result};
 use cni_guard::readiness::{self, Subject};
 use cni_guard::request::Command;
@@ -108,7 +109,7 @@ struct Verdict {
     message: Option<String>,
     items: Vec<Line>,
     warnings: Vec<String>,
-    /// A verb's deadline past kubelet's (`GuardConfig::budget_warnings`): said, not refused.
+    /// A verb's deadline past kubelet's ([`budget::warnings`]): said, not refused.
     budget: Vec<String>,
 }
 
@@ -317,7 +318,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         .iter()
         .map(|p| format!("{} is writable by group or others", shown(p)))
         .collect();
-    verdict.budget = cfg.budget_warnings(KUBELET_RUNTIME_REQUEST_TIMEOUT);
+    verdict.budget = budget::warnings(&cfg, budget::KUBELET_RUNTIME_REQUEST_TIMEOUT);
 
     match report.error() {
         Some(e) => {

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod budget;
 mod build;
 mod check;
 mod daemon;

@@ -14,8 +14,7 @@ use serde_json::{Map, Number, Value};
 
 use crate::{Flags, SPEC_VERSIONS};
 use cni_guard::config::{
-    Entry, GuardConfig, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, KUBELET_RUNTIME_REQUEST_TIMEOUT,
-    LOCK_WAIT, STATUS_TIMEOUT, WAIT,
+    Entry, GuardConfig, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, LOCK_WAIT, STATUS_TIMEOUT, WAIT,
 };
 use cni_guard::error::{Error, Kind, Result};
 
@@ -196,9 +195,44 @@ impl Default for GuardFile {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Conflist<'a> {
-    cni_version: &'a Option<Value>,
-    name: &'a Option<String>,
-    plugins: [&'a Entry; 1],
+    cni_version: &'a Value,
+    name: &'a Value,
+    plugins: [Ordered<'a>; 1],
+}
+
+/// The entry's keys in the order the file has them (the schema's).
+const ENTRY_ORDER: [&str; 17] = [
+    "type",
+    "delegate",
+    "delegateWriter",
+    "attachments",
+    "sockets",
+    "waitSeconds",
+    "delWaitSeconds",
+    "delegateTimeoutSeconds",
+    "lockWaitSeconds",
+    "statusTimeoutSeconds",
+    "cacheDir",
+    "strictPermissions",
+    "perPodPrimary",
+    "multusDefaultNetworks",
+    "multusSystemNamespaces",
+    "multusAuxiliaryChain",
+    "capabilities",
+];
+
+/// An object whose keys are written in the order given.
+struct Ordered<'a>(Vec<(&'a str, &'a Value)>);
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
 }
 
 impl GuardFile {
@@ -288,8 +322,8 @@ impl GuardFile {
         )
     }
 
-    /// The entry to write: the flags' keys over the defaults.
-    fn entry(&self) -> Entry {
+    /// The entry's keys: the flags' over the defaults.
+    fn keys(&self) -> Map<String, Value> {
         let mut keys = Map::new();
         keys.insert("cniVersion".into(), DEFAULT_CNI_VERSION.into());
         keys.insert("name".into(), DEFAULT_NETWORK_NAME.into());
@@ -312,8 +346,13 @@ impl GuardFile {
                 other => *other = serde_json::json!({ cni_guard::perpod::POD_ANNOTATIONS: true }),
             }
         }
+        keys
+    }
+
+    /// The entry to write, as the plugin decodes it.
+    fn entry(&self) -> Entry {
         // Cannot fail: every flag gives its key a value of the schema's type.
-        Entry::from_value(Value::Object(keys)).expect("the flags' keys decode as an entry")
+        Entry::from_value(Value::Object(self.keys())).expect("the flags' keys decode as an entry")
     }
 
     /// Checks the flags together, by the plugin's own rules; returns the conf dir to write into.
@@ -344,23 +383,28 @@ impl GuardFile {
         Ok(conf_dir)
     }
 
-    /// What the conflist's deadlines say against kubelet's (`GuardConfig::budget_warnings`),
-    /// for `install` and `keep` to say loudly; empty when each verb ends in time.
+    /// What the conflist's deadlines say against kubelet's ([`crate::budget::warnings`]), for
+    /// `install` and `keep` to say loudly; empty when each verb ends in time.
     pub fn budget_warnings(&self) -> Vec<String> {
+        let timeout = crate::budget::KUBELET_RUNTIME_REQUEST_TIMEOUT;
         self.entry()
             .validate()
-            .map(|cfg: GuardConfig| cfg.budget_warnings(KUBELET_RUNTIME_REQUEST_TIMEOUT))
+            .map(|cfg: GuardConfig| crate::budget::warnings(&cfg, timeout))
             .unwrap_or_default()
     }
 
     /// The conflist's bytes: deterministic for the same flags, so an unchanged setup is
     /// recognised byte for byte and never rewritten.
     pub fn render(&self) -> Vec<u8> {
-        let entry = self.entry();
+        let keys = self.keys();
+        let entry = ENTRY_ORDER
+            .iter()
+            .filter_map(|k| keys.get(*k).map(|v| (*k, v)))
+            .collect();
         let conflist = Conflist {
-            cni_version: &entry.cni_version,
-            name: &entry.name,
-            plugins: [&entry],
+            cni_version: &keys["cniVersion"],
+            name: &keys["name"],
+            plugins: [Ordered(entry)],
         };
         let mut bytes =
             serde_json::to_vec_pretty(&conflist).expect("a JSON entry always serialises");
@@ -377,6 +421,16 @@ fn path(flags: &mut Flags, flag: &str) -> Result<String> {
     }
     Ok(value)
 }
+
+/// Keys the runtime adds to the entry it passes on stdin; nothing writes them into the conflist.
+#[cfg(test)]
+const INJECTED_KEYS: [&str; 5] = [
+    "runtimeConfig",
+    "prevResult",
+    "args",
+    "cni.dev/valid-attachments",
+    "cni.dev/attachments",
+];
 
 #[cfg(test)]
 mod tests {
@@ -419,7 +473,6 @@ mod tests {
         let _ = <cni_guard::config::Entry as serde::Deserialize>::deserialize(Probe(&mut fields));
         fields
     }
-    use cni_guard::config::INJECTED_KEYS;
 
     /// A `GuardFile` from conflist flags, as `install` and `keep` build it.
     fn file(args: &[&str]) -> Result<GuardFile> {
@@ -559,6 +612,13 @@ mod tests {
             .filter(|k| !INJECTED_KEYS.contains(k) && *k != "type")
             .collect();
         assert_eq!(unique, written);
+        // The file writes the entry's keys in the schema's order, every one of them.
+        let ordered: Vec<&str> = schema_keys()
+            .iter()
+            .copied()
+            .filter(|k| !INJECTED_KEYS.contains(k) && !["cniVersion", "name"].contains(k))
+            .collect();
+        assert_eq!(ordered, ENTRY_ORDER);
         for (flag, key, takes) in &KEY_FLAGS {
             if let Takes::Seconds(bounds) = takes {
                 assert_eq!(bounds.key, *key, "{flag}");

@@ -21,7 +21,7 @@ use crate::readiness::{self, Report};
 use crate::records::{Record, Store};
 use crate::request::{self, Command, Request};
 use crate::version::{Version, SUPPORTED};
-use crate::{invoke, wait};
+use crate::{invoke, teardown, wait};
 
 /// What the process does once the guard has decided.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ pub struct Outcome {
 }
 
 /// How a verb ended, before it becomes an [`Action`].
-enum Done {
+pub(crate) enum Done {
     /// The delegate ran as the guard's child(ren) and this is its result.
     Result(Value),
     /// Done, nothing to print (DEL, CHECK, STATUS, GC): what happened.
@@ -68,11 +68,11 @@ enum Done {
 }
 
 #[derive(Default)]
-struct Ctx {
-    warnings: Vec<String>,
+pub(crate) struct Ctx {
+    pub(crate) warnings: Vec<String>,
     /// `key=value` pairs for the log line: `waited=` (how long the verb waited for the
     /// delegate), `perpod=` (`primary`: run on the primary alone; `needs-multus`), `delegate=`.
-    notes: Vec<(&'static str, String)>,
+    pub(crate) notes: Vec<(&'static str, String)>,
     /// The guard's cache dir, once its configuration parsed.
     cache_dir: Option<PathBuf>,
     /// Why a refusal happened, for the node's counters.
@@ -93,8 +93,7 @@ pub fn reply_version() -> &'static str {
 pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -> Outcome {
     let start = Instant::now();
     let mut ctx = Ctx::default();
-    let given = |k: &str| getenv(k).map(|v| v.to_string_lossy().into_owned());
-    let verb_given = given("CNI_COMMAND").unwrap_or_default();
+    let env = |k: &str| getenv(k).map_or_else(String::new, |v| v.to_string_lossy().into_owned());
     let result = request::read_stdin(stdin).and_then(|bytes| {
         let _ = REPLY_VERSION.set(config::reply_version(&bytes));
         // Test builds only: a way to reach the panic hook from outside.
@@ -106,61 +105,41 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
     });
     // The edge: here the verb turns each error's kind into its CNI code. A request without a
     // known verb fails with code 4, which is the same on every verb.
-    let verb = Command::parse(&verb_given).unwrap_or(Command::Version);
-    let reply_version = reply_version().to_owned();
-    let (decision, note) = match &result {
-        Ok(Done::Result(_)) => ("child", "decision=delegated".to_owned()),
-        Ok(Done::Empty(what)) => ("done", format!("decision={what}")),
-        Ok(Done::Exec(plugin, ..)) => {
-            ("exec", format!("decision=exec plugin={}", plugin.display()))
+    let verb = Command::parse(&env("CNI_COMMAND"));
+    let reply_verb = verb.unwrap_or(Command::Version);
+    let reply = |stdout, exit| Action::Reply { stdout, exit };
+    let (action, decision, note) = match result {
+        Ok(Done::Result(v)) => {
+            let out = format!("{v}\n").into_bytes();
+            (reply(out, 0), "child", "decision=delegated".to_owned())
+        }
+        Ok(Done::Empty(what)) => (reply(Vec::new(), 0), "done", format!("decision={what}")),
+        Ok(Done::Exec(plugin, config, lock)) => {
+            let note = format!("decision=exec plugin={}", plugin.display());
+            let action = Action::Exec {
+                plugin,
+                config,
+                verb: reply_verb,
+                cni_version: reply_version().to_owned(),
+                lock,
+            };
+            (action, "exec", note)
         }
         Err(e) => {
-            let code = e.code(verb);
-            let refused = code == code::TRY_AGAIN_LATER || code == code::NOT_AVAILABLE;
-            let word = if refused { "refused" } else { "error" };
-            (
-                word,
-                format!("decision={word} code={code} msg={:?}", e.msg()),
-            )
+            let code = e.code(reply_verb);
+            let word = match code {
+                code::TRY_AGAIN_LATER | code::NOT_AVAILABLE => "refused",
+                _ => "error",
+            };
+            ctx.reason = ctx.reason.or(match e.kind() {
+                Kind::Busy => Some("busy"),
+                Kind::TimedOut => Some("status-timeout"),
+                Kind::NotReady => Some("not-ready"),
+                _ => None,
+            });
+            let note = format!("decision={word} code={code} msg={:?}", e.msg());
+            (reply(e.to_json(reply_verb, reply_version()), 1), word, note)
         }
-    };
-    let reason = match (decision, e_kind(&result)) {
-        ("refused", _) if ctx.reason.is_some() => ctx.reason.unwrap_or("-"),
-        ("refused", Some(Kind::Busy)) => "busy",
-        ("refused", Some(Kind::TimedOut)) => "status-timeout",
-        ("refused", Some(Kind::NotReady)) => "not-ready",
-        ("refused", _) => "other",
-        _ => "-",
-    };
-    let event = Event {
-        verb: Command::parse(&verb_given).map_or("other", |c| token(c)),
-        decision,
-        reason,
-    };
-    let action = match result {
-        Ok(Done::Result(v)) => {
-            let mut out = serde_json::to_vec(&v).expect("JSON values always serialize");
-            out.push(b'\n');
-            Action::Reply {
-                stdout: out,
-                exit: 0,
-            }
-        }
-        Ok(Done::Empty(_)) => Action::Reply {
-            stdout: Vec::new(),
-            exit: 0,
-        },
-        Ok(Done::Exec(plugin, config, lock)) => Action::Exec {
-            plugin,
-            config,
-            verb,
-            cni_version: reply_version,
-            lock,
-        },
-        Err(e) => Action::Reply {
-            stdout: e.to_json(verb, &reply_version),
-            exit: 1,
-        },
     };
     let notes: String = ctx
         .notes
@@ -169,36 +148,27 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         .collect();
     let line = format!(
         "verb={} container={} ifname={} {note}{notes} duration={:.3}ms",
-        printable(&verb_given),
-        printable(&given("CNI_CONTAINERID").unwrap_or_default()),
-        printable(&given("CNI_IFNAME").unwrap_or_default()),
+        printable(&env("CNI_COMMAND")),
+        printable(&env("CNI_CONTAINERID")),
+        printable(&env("CNI_IFNAME")),
         start.elapsed().as_secs_f64() * 1e3
     );
     Outcome {
         action,
         line,
-        warn: matches!(decision, "refused" | "error"),
+        warn: decision == "refused" || decision == "error",
         warnings: ctx.warnings,
         cache_dir: ctx
             .cache_dir
             .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CACHE_DIR)),
-        event,
-    }
-}
-
-fn e_kind(result: &Result<Done>) -> Option<Kind> {
-    result.as_ref().err().map(|e| e.kind().clone())
-}
-
-/// The verb as the node's counters name it.
-fn token(verb: Command) -> &'static str {
-    match verb {
-        Command::Add => "add",
-        Command::Del => "del",
-        Command::Check => "check",
-        Command::Status => "status",
-        Command::Gc => "gc",
-        Command::Version => "version",
+        event: Event {
+            verb,
+            decision,
+            reason: match decision {
+                "refused" => ctx.reason.unwrap_or("other"),
+                _ => "-",
+            },
+        },
     }
 }
 
@@ -233,7 +203,7 @@ fn dispatch(
     ctx.cache_dir = Some(cfg.cache_dir.clone());
     match command {
         Command::Add => add(&req, &cfg, ctx),
-        Command::Del => del(&req, &cfg, ctx),
+        Command::Del => teardown::del(&req, &cfg, ctx),
         Command::Check => check(&req, &cfg),
         Command::Status => status(&req, &cfg, ctx),
         Command::Gc => gc(&req, &cfg, ctx),
@@ -245,7 +215,12 @@ fn dispatch(
 const WAITED_NOTED: Duration = Duration::from_millis(5);
 
 /// Waits up to `wait` for the network `cfg` names to be ready; notes how long it took.
-fn wait_ready(req: &Request, cfg: &GuardConfig, wait: Duration, ctx: &mut Ctx) -> Report {
+pub(crate) fn wait_ready(
+    req: &Request,
+    cfg: &GuardConfig,
+    wait: Duration,
+    ctx: &mut Ctx,
+) -> Report {
     let started = Instant::now();
     let report = wait::until_ready(cfg, &req.cni_path, wait);
     let waited = started.elapsed();
@@ -329,7 +304,7 @@ fn add_primary(
 /// The guard's configuration with the primary as the delegate: no attachments or sockets of
 /// Multus's, without the pod annotations (a capability the guard asked for itself, not the
 /// primary's), and no prevResult (the runtime's is the delegate's result, not the primary's).
-fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> GuardConfig {
+pub(crate) fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> GuardConfig {
     let mut runtime_config = cfg.runtime_config.clone();
     runtime_config.remove(perpod::POD_ANNOTATIONS);
     GuardConfig {
@@ -388,172 +363,6 @@ fn run_add(
     }
 }
 
-/// DEL, in plain steps: lock the attachment and read its record; choose the configuration
-/// that tears it down; wait for the delegate it fronts; run it under the verb's one deadline;
-/// remove the record. Never refused for a missing delegate. Fails (11), tearing nothing down,
-/// when another process holds the attachment past `lockWaitSeconds`: the runtime retries.
-fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
-    // 1. Lock and read the record.
-    let mut store =
-        Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait).unwrap_or_else(|e| {
-            ctx.warnings.push(format!(
-                "records unusable, tearing down with the current delegate: {e}"
-            ));
-            None
-        });
-    let recorded = match store.as_mut().map(|s| recorded(s, req, cfg)) {
-        Some(Err(e)) if *e.kind() == Kind::Busy => {
-            let msg = format!("{}: not torn down", e.msg());
-            return Err(e
-                .with_msg(msg)
-                .with_details("lockWaitSeconds bounds the wait; the runtime retries DEL"));
-        }
-        Some(Err(e)) => {
-            ctx.warnings.push(e.to_string());
-            None
-        }
-        Some(Ok(list)) => list,
-        None => None,
-    };
-    // 2. Choose: the record; else the current delegate when ADD would run it now (the guard
-    // never ran this attachment's ADD: it records first). With per-pod awareness and no
-    // record, the primary's DEL too: Multus skips it for a pod it has no cache entry for.
-    let (list, decision) = match recorded {
-        Some(list) => (Some(list), "deleted-recorded"),
-        None => (
-            ready_now(req, cfg, "ADD would refuse now", ctx),
-            "deleted-current",
-        ),
-    };
-    let primary = match (&list, decision, &cfg.per_pod) {
-        (_, "deleted-current", Some(per_pod)) => {
-            let primary = primary_config(cfg, per_pod);
-            ready_now(req, &primary, "the primary cannot run", ctx).map(|l| (l, primary))
-        }
-        _ => None,
-    };
-    if list.is_none() && primary.is_none() {
-        return Ok(Done::Empty("nothing-to-do"));
-    }
-    // 3. Wait for the delegate the record fronts (see `await_recorded_delegate`).
-    if let (Some(list), "deleted-recorded") = (&list, decision) {
-        await_recorded_delegate(req, cfg, list, ctx);
-    }
-    // 4. Run, every list under one deadline; the primary's too when the delegate's failed.
-    let deadline = Deadline::start(cfg);
-    let after = primary.as_ref().map_or(0, |(l, _)| l.plugins.len());
-    let mut result = Ok(());
-    if let Some(list) = &list {
-        result = delegate::del(
-            list,
-            &del_config(cfg, list, ctx),
-            &req.cni_path,
-            &deadline,
-            after,
-        );
-    }
-    if let Some((list, primary_cfg)) = &primary {
-        let ran = delegate::del(list, primary_cfg, &req.cni_path, &deadline, 0);
-        ctx.notes.push(("perpod", "primary".to_owned()));
-        result = result.and(ran);
-    }
-    result?;
-    // 5. Remove the record.
-    if let Some(store) = &mut store {
-        if let Err(e) = store.remove(&req.container_id, &req.ifname) {
-            ctx.warnings
-                .push(format!("torn down, but the record stays: {e}"));
-        }
-    }
-    Ok(Done::Empty(match list {
-        None => "deleted-primary",
-        Some(_) => decision,
-    }))
-}
-
-/// The attachment's recorded delegate, with the attachment locked in `store`; `None` without a
-/// usable record (said as a warning). Fails when another process holds it, or the record
-/// cannot be read.
-fn recorded(store: &mut Store, req: &Request, cfg: &GuardConfig) -> Result<Option<NetworkConfig>> {
-    let Some(r) = store.read(&req.container_id, &req.ifname)? else {
-        return Ok(None);
-    };
-    NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type)
-        .map(Some)
-        .map_err(|p| {
-            Error::new(
-                Kind::Io,
-                format!(
-                    "recorded delegate {} unusable: {p}",
-                    r.delegate_path.display()
-                ),
-            )
-        })
-}
-
-/// The delegate `cfg` names when ADD would run it now (every precondition holds), else `None`
-/// with a warning: a runtime's DEL right after a refused ADD must succeed without calling a
-/// delegate the guard just declared unusable (a multus-shim whose daemon is dead).
-fn ready_now(req: &Request, cfg: &GuardConfig, why: &str, ctx: &mut Ctx) -> Option<NetworkConfig> {
-    let report = readiness::check(cfg, &req.cni_path);
-    match (report.error(), report.delegate) {
-        (None, Some(list)) => Some(list),
-        (refusal, _) => {
-            let detail = refusal.map_or_else(|| "no delegate".to_owned(), |e| e.msg().to_owned());
-            ctx.warnings.push(format!(
-                "DEL of {}/{}: no record, and {why} ({detail}): its DEL is not run",
-                req.container_id, req.ifname
-            ));
-            None
-        }
-    }
-}
-
-/// DEL's configuration: a prevResult the delegate could not be given must not stop the
-/// teardown, which goes on without it, as for a runtime that cached nothing.
-fn del_config(cfg: &GuardConfig, list: &NetworkConfig, ctx: &mut Ctx) -> GuardConfig {
-    let unusable = cfg
-        .prev_result
-        .as_ref()
-        .and_then(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version).err());
-    match unusable {
-        Some(why) => {
-            ctx.warnings
-                .push(format!("invalid prevResult ignored for DEL: {}", why.msg()));
-            GuardConfig {
-                prev_result: None,
-                ..cfg.clone()
-            }
-        }
-        None => cfg.clone(),
-    }
-}
-
-/// A recorded DEL of the delegate the guard fronts (its record names the current delegate file)
-/// while that delegate is not ready waits for it, as ADD does, up to `delWaitSeconds`: a
-/// delegate that is a client of a daemon may report success for a DEL it could not deliver
-/// (multus-shim returns success when its daemon's socket is not there), so replaying it at once
-/// while Multus restarts or the node boots would drop the record of an attachment nobody tore
-/// down (its IPs leaked). After the wait the DEL runs anyway (DEL is never refused), with a
-/// warning. A record of another file (per-pod awareness's primary, a delegate since replaced)
-/// runs at once.
-fn await_recorded_delegate(req: &Request, cfg: &GuardConfig, list: &NetworkConfig, ctx: &mut Ctx) {
-    if list.path != cfg.delegate {
-        return;
-    }
-    let report = wait_ready(req, cfg, cfg.del_wait, ctx);
-    if let Some(why) = report.error() {
-        ctx.notes.push(("delegate", "not-ready".to_owned()));
-        ctx.warnings.push(format!(
-            "DEL of {}/{}: the delegate is still not ready after the wait ({}): its recorded DEL \
-             runs anyway, and a delegate that needs its daemon may tear nothing down",
-            req.container_id,
-            req.ifname,
-            why.msg()
-        ));
-    }
-}
-
 /// CHECK: the delegate's CHECK with prevResult, where its version and configuration allow it,
 /// with the delegate recorded at the attachment's ADD (the current one without a record).
 fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
@@ -566,7 +375,7 @@ fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
     let mut store = Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     let list = match store
         .as_mut()
-        .map(|s| recorded(s, req, cfg))
+        .map(|s| teardown::recorded(s, req, cfg))
         .transpose()?
         .flatten()
     {

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Number, Value};
 
 use crate::error::{Error, Kind, Result};
@@ -111,90 +111,52 @@ impl Seconds {
     }
 }
 
-/// Keys the runtime adds to the entry it passes on stdin; nothing writes them into the conflist.
-pub const INJECTED_KEYS: [&str; 5] = [
-    "runtimeConfig",
-    "prevResult",
-    "args",
-    "cni.dev/valid-attachments",
-    "cni.dev/attachments",
-];
-
-/// The guard's entry in its conflist: every key it can have, once. Field order is the order
-/// `install` writes them in; absent and null are both `None` (the default), except where a null
-/// means something of its own (`present`).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+/// The guard's entry in its conflist: every key it can have, once. Absent and null are both
+/// `None` (the default), except where a null means something of its own (`present`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Entry {
     /// The conflist's own, added to the entry by the runtime (any JSON: it is said back).
-    #[serde(skip_serializing, deserialize_with = "present")]
+    #[serde(deserialize_with = "present")]
     pub cni_version: Option<Value>,
     /// The conflist's own, added to the entry by the runtime.
-    #[serde(skip_serializing)]
     pub name: Option<String>,
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
     pub plugin_type: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub delegate: Option<String>,
     /// Who writes the delegate's file (`Multus`), named in refusals while it does not exist.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub delegate_writer: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sockets: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_seconds: Option<Number>,
     /// DEL's own wait for the delegate it fronts (absent: `waitSeconds`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub del_wait_seconds: Option<Number>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub delegate_timeout_seconds: Option<Number>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_wait_seconds: Option<Number>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub status_timeout_seconds: Option<Number>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_dir: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub strict_permissions: Option<bool>,
     /// Per-pod awareness (opt-in): the primary network's configuration (Multus's
     /// `clusterNetwork` file), run directly for a pod that needs no Multus network while the
     /// delegate is not ready.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub per_pod_primary: Option<String>,
     /// Multus's `defaultNetworks` (daemon-side): every pod outside the system namespaces gets
     /// them, so every such pod needs Multus.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub multus_default_networks: Option<Vec<String>>,
     /// Multus's `systemNamespaces` (daemon-side; Multus's default is `kube-system`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub multus_system_namespaces: Option<Vec<String>>,
     /// Multus's `auxiliaryCNIChainName` (daemon-side): a chain Multus runs for every pod.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub multus_auxiliary_chain: Option<String>,
     /// libcni's: the capability arguments the runtime may pass. The guard does not read it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Value>,
-    #[serde(skip_serializing)]
     pub runtime_config: Option<Map<String, Value>>,
-    #[serde(skip_serializing)]
     pub prev_result: Option<Map<String, Value>>,
-    #[serde(skip_serializing)]
     pub args: Option<Map<String, Value>>,
     /// GC's list of attachments still in use, as libcni names it (its null is an empty list).
-    #[serde(
-        rename = "cni.dev/valid-attachments",
-        skip_serializing,
-        deserialize_with = "present"
-    )]
+    #[serde(rename = "cni.dev/valid-attachments", deserialize_with = "present")]
     pub valid_attachments: Option<Value>,
     /// The same list as the spec names it, read when libcni's name is absent.
-    #[serde(
-        rename = "cni.dev/attachments",
-        skip_serializing,
-        deserialize_with = "present"
-    )]
+    #[serde(rename = "cni.dev/attachments", deserialize_with = "present")]
     pub gc_attachments: Option<Value>,
 }
 
@@ -378,19 +340,6 @@ pub struct PerPod {
     pub auxiliary_chain: Option<String>,
 }
 
-/// Each verb's deadline, counted from the guard's start, against kubelet's: it runs
-/// StopPodSandbox (the DEL) under its `--runtime-request-timeout` (2 minutes by default) and
-/// RunPodSandbox (the ADD) under twice that; the runtime kills the plugin when they end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budgets {
-    pub add: Duration,
-    pub del: Duration,
-}
-
-/// kubelet's default `--runtime-request-timeout`: StopPodSandbox's deadline; RunPodSandbox's is
-/// twice it.
-pub const KUBELET_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
-
 impl GuardConfig {
     pub fn version(&self) -> Version {
         Version::parse(&self.cni_version).expect("validated at parse time")
@@ -412,36 +361,6 @@ impl GuardConfig {
         }
         cni_version(value.get("cniVersion"))?;
         Ok(Entry::from_value(value)?.validate()?)
-    }
-
-    /// How long each verb may take at most: its lock wait, its wait for the delegate and its
-    /// delegate's runs, which share one deadline.
-    pub fn budgets(&self) -> Budgets {
-        Budgets {
-            add: self.lock_wait + self.wait + self.delegate_timeout,
-            del: self.lock_wait + self.del_wait + self.delegate_timeout,
-        }
-    }
-
-    /// What `install` and `check` say when a budget passes kubelet's deadline for its verb
-    /// (given `timeout`, kubelet's `--runtime-request-timeout`).
-    pub fn budget_warnings(&self, timeout: Duration) -> Vec<String> {
-        let b = self.budgets();
-        let mut out = Vec::new();
-        let secs = |d: Duration| d.as_secs_f64();
-        if b.del > timeout {
-            out.push(format!(
-                "DEL may take {} s (lockWaitSeconds {} + delWaitSeconds {} + delegateTimeoutSeconds {}), past kubelet's {} s StopPodSandbox deadline: the runtime would kill it mid-teardown; lower them",
-                secs(b.del), secs(self.lock_wait), secs(self.del_wait), secs(self.delegate_timeout), secs(timeout)
-            ));
-        }
-        if b.add > 2 * timeout {
-            out.push(format!(
-                "ADD may take {} s (lockWaitSeconds {} + waitSeconds {} + delegateTimeoutSeconds {}), past kubelet's {} s RunPodSandbox deadline; lower them",
-                secs(b.add), secs(self.lock_wait), secs(self.wait), secs(self.delegate_timeout), secs(2 * timeout)
-            ));
-        }
-        out
     }
 }
 
@@ -837,18 +756,7 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_serialises_only_what_it_holds() {
-        let entry = Entry {
-            cni_version: Some(json!("1.0.0")),
-            plugin_type: Some(GUARD_TYPE.into()),
-            wait_seconds: Some(5.into()),
-            runtime_config: Some(Map::new()),
-            ..Entry::default()
-        };
-        assert_eq!(
-            serde_json::to_value(&entry).unwrap(),
-            json!({"type": "cni-guard", "waitSeconds": 5})
-        );
+    fn an_entry_holds_what_was_given() {
         let back = Entry::from_value(json!({"type":"cni-guard","waitSeconds":5,
             "strictPermissions":null}))
         .unwrap();

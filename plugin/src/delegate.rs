@@ -52,49 +52,47 @@ pub fn build_config(
     if let Some(prev) = prev_result {
         conf.insert("prevResult", prev);
     }
-    let mut runtime_config = Map::new();
-    if let Some(Value::Object(caps)) = plugin.get("capabilities") {
-        for (cap, enabled) in caps {
-            if enabled.as_bool() == Some(true) {
-                if let Some(v) = guard.runtime_config.get(cap) {
-                    runtime_config.insert(cap.clone(), v.clone());
-                }
-            }
-        }
-    }
+    let caps = plugin.get("capabilities");
+    let declared =
+        |cap: &String| caps.and_then(|c| c.get(cap)).and_then(Value::as_bool) == Some(true);
+    let runtime_config: Map<String, Value> = guard
+        .runtime_config
+        .iter()
+        .filter(|(cap, _)| declared(cap))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let runtime_config = Value::Object(runtime_config);
     if runtime_config.as_object().is_some_and(|m| !m.is_empty()) {
         conf.insert("runtimeConfig", &runtime_config);
     }
     let args = guard.args.as_ref().map(|args| {
-        let mut merged = match plugin.get("args") {
-            Some(Value::Object(own)) => own.clone(),
-            _ => Map::new(),
-        };
+        let own = plugin.get("args").and_then(Value::as_object);
+        let mut merged = own.cloned().unwrap_or_default();
         merged.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
         Value::Object(merged)
     });
     if let Some(args) = &args {
         conf.insert("args", args);
     }
-    for (k, v) in extra {
-        conf.insert(k, v);
-    }
+    conf.extend(extra.iter().map(|(k, v)| (*k, *v)));
     serde_json::to_vec(&conf).expect("JSON values always serialize")
 }
 
-/// The deadline of one verb's delegate work: `delegateTimeoutSeconds` from its start.
+/// The deadline of one verb's delegate work: `whole` (the value of `key`) from its start.
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     start: Instant,
     whole: Duration,
+    key: &'static str,
 }
 
 impl Deadline {
+    /// `delegateTimeoutSeconds` from now.
     pub fn start(guard: &GuardConfig) -> Deadline {
         Deadline {
             start: Instant::now(),
             whole: guard.delegate_timeout,
+            key: "delegateTimeoutSeconds",
         }
     }
 
@@ -109,37 +107,31 @@ impl Deadline {
     }
 
     /// The deadline of the next of `left` plugins that must each get their chance: an equal share
-    /// of the time left before `until`.
-    pub fn share(until: Instant, left: usize) -> Instant {
+    /// of the time left.
+    pub fn share(&self, left: usize) -> Instant {
         let now = Instant::now();
-        let rest = until.saturating_duration_since(now);
+        let rest = self.end().saturating_duration_since(now);
         now + rest / u32::try_from(left.max(1)).unwrap_or(u32::MAX)
     }
-}
 
-/// Runs one plugin for `verb` until `until`; past it the plugin's group is killed and the error
-/// says how much of `delegateTimeoutSeconds` it had.
-fn run_bounded(
-    binary: &Path,
-    verb: Command,
-    conf: &[u8],
-    deadline: &Deadline,
-    until: Instant,
-) -> Result<Vec<u8>> {
-    let had = until.saturating_duration_since(Instant::now());
-    let whole = deadline.whole;
-    invoke::run_until(binary, verb, conf, until, || {
-        Error::new(
-            Kind::TimedOut,
-            format!(
-                "plugin {} did not finish its {} within {}s and was killed (delegateTimeoutSeconds {}s bounds all of the verb's plugin runs, rollback included)",
-                binary.display(),
-                verb.as_str(),
-                seconds(had),
-                seconds(whole)
-            ),
-        )
-    })
+    /// Runs one plugin for `verb` until `until`; past it the plugin's group is killed and the
+    /// error says how much of the verb's deadline it had.
+    fn run(&self, binary: &Path, verb: Command, conf: &[u8], until: Instant) -> Result<Vec<u8>> {
+        let had = until.saturating_duration_since(Instant::now());
+        invoke::run_until(binary, verb, conf, until, || {
+            Error::new(
+                Kind::TimedOut,
+                format!(
+                    "plugin {} did not finish its {} within {}s and was killed ({} {}s bounds all of the verb's plugin runs, rollback included)",
+                    binary.display(),
+                    verb.as_str(),
+                    seconds(had),
+                    self.key,
+                    seconds(self.whole)
+                ),
+            )
+        })
+    }
 }
 
 /// Seconds with at most three decimals and no trailing zeros: `0.75`, `1`.
@@ -160,11 +152,8 @@ pub fn exec_plan(
         return Ok(None);
     }
     let plugin = &list.plugins[0];
-    let binary = find(plugin, cni_path)?;
-    Ok(Some((
-        binary,
-        build_config(plugin, list, guard, prev_result, &[]),
-    )))
+    let conf = build_config(plugin, list, guard, prev_result, &[]);
+    Ok(Some((find(plugin, cni_path)?, conf)))
 }
 
 /// ADD through every plugin; returns the final result in the guard's cniVersion.
@@ -175,9 +164,8 @@ pub fn add(
     cni_path: &[PathBuf],
     deadline: &Deadline,
 ) -> std::result::Result<Value, (Error, bool)> {
-    let mut prev = guard
-        .prev_result
-        .as_ref()
+    let prev = guard.prev_result.as_ref();
+    let mut prev = prev
         .map(|p| to_version(p, &guard.cni_version, &list.cni_version))
         .transpose()
         .map_err(|e| (e, true))?
@@ -185,56 +173,91 @@ pub fn add(
     for (i, plugin) in list.plugins.iter().enumerate() {
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-            let out = run_bounded(&binary, Command::Add, &conf, deadline, deadline.forward())?;
+            let out = deadline.run(&binary, Command::Add, &conf, deadline.forward())?;
             parse_result(&out, &binary, &list.cni_version)
         });
         match step {
             Ok(result) => prev = Some(result),
             Err(e) => {
-                let rolled_back = rollback(list, guard, cni_path, i, prev.as_ref(), deadline);
-                return Err((e, rolled_back));
+                // As the list's own DEL: no prevResult for versions whose DEL has none; each
+                // plugin run so far, the failing one included, with its share of what is left.
+                let prev = prev.filter(|_| list.version().has_cached_result());
+                let each = Each::new(Command::Del, prev.as_ref(), true);
+                let errors = each.run(list, &list.plugins[..=i], guard, cni_path, deadline);
+                return Err((e, errors.is_empty()));
             }
         }
     }
-    let last = prev.ok_or_else(|| {
-        (
-            Error::new(Kind::Failed, "delegate produced no result"),
-            true,
-        )
-    })?;
+    let failed = |msg: String| Error::new(Kind::Failed, msg);
+    let last = prev.ok_or_else(|| (failed("delegate produced no result".into()), true))?;
     convert_result(&last, &list.cni_version, &guard.cni_version).map_err(|e| {
-        (
-            Error::new(
-                Kind::Failed,
-                format!("cannot convert the delegate's result: {}", e.msg()),
-            ),
-            false,
-        )
+        let msg = format!("cannot convert the delegate's result: {}", e.msg());
+        (failed(msg), false)
     })
 }
 
-/// DEL on the plugins run so far, in reverse, the failing one included, each with an equal
-/// share of what is left of the verb's deadline.
-fn rollback(
-    list: &NetworkConfig,
-    guard: &GuardConfig,
-    cni_path: &[PathBuf],
-    failed: usize,
-    prev: Option<&Value>,
-    deadline: &Deadline,
-) -> bool {
-    // As the list's own DEL: no prevResult for versions whose DEL has none.
-    let prev = prev.filter(|_| list.version().has_cached_result());
-    let mut clean = true;
-    for (done, plugin) in list.plugins[..=failed].iter().rev().enumerate() {
-        let until = Deadline::share(deadline.end(), failed + 1 - done);
-        let ok = find(plugin, cni_path).and_then(|binary| {
-            let conf = build_config(plugin, list, guard, prev, &[]);
-            run_bounded(&binary, Command::Del, &conf, deadline, until).map(drop)
-        });
-        clean &= ok.is_ok();
+/// How a verb other than ADD runs a list's plugins: no result is threaded.
+struct Each<'a> {
+    verb: Command,
+    prev: Option<&'a Value>,
+    /// DEL's order (and its rollback's): the list in reverse.
+    reverse: bool,
+    /// Keys the runtime sent that go to every plugin as sent (GC's attachment lists).
+    extra: Vec<(&'a str, &'a Value)>,
+    /// Plugins of the verb still to run after these (a DEL's second list): each plugin's share
+    /// counts them.
+    after: usize,
+    /// Every plugin gets its chance (a share of the time left, and its turn after a failure);
+    /// otherwise the first failure ends the run, and each plugin may take all that is left.
+    each_its_chance: bool,
+    keep_going: bool,
+}
+
+impl<'a> Each<'a> {
+    fn new(verb: Command, prev: Option<&'a Value>, reverse: bool) -> Each<'a> {
+        Each {
+            verb,
+            prev,
+            reverse,
+            extra: Vec::new(),
+            after: 0,
+            each_its_chance: true,
+            keep_going: true,
+        }
     }
-    clean
+
+    /// Runs `plugins` of `list`; returns every error (at most one unless `keep_going`).
+    fn run(
+        &self,
+        list: &NetworkConfig,
+        plugins: &[Map<String, Value>],
+        guard: &GuardConfig,
+        cni_path: &[PathBuf],
+        deadline: &Deadline,
+    ) -> Vec<Error> {
+        let mut order: Vec<&Map<String, Value>> = plugins.iter().collect();
+        if self.reverse {
+            order.reverse();
+        }
+        let mut errors = Vec::new();
+        for (done, plugin) in order.iter().enumerate() {
+            let until = match self.each_its_chance {
+                true => deadline.share(order.len() + self.after - done),
+                false => deadline.end(),
+            };
+            let ran = find(plugin, cni_path).and_then(|binary| {
+                let conf = build_config(plugin, list, guard, self.prev, &self.extra);
+                deadline.run(&binary, self.verb, &conf, until)
+            });
+            if let Err(e) = ran {
+                errors.push(e);
+                if !self.keep_going {
+                    break;
+                }
+            }
+        }
+        errors
+    }
 }
 
 /// DEL through every plugin in reverse (stopping at the first failure, as libcni does), each
@@ -249,14 +272,9 @@ pub fn del(
     after: usize,
 ) -> Result<()> {
     let prev = cached_result(list, guard)?;
-    let n = list.plugins.len() + after;
-    for (done, plugin) in list.plugins.iter().rev().enumerate() {
-        let binary = find(plugin, cni_path)?;
-        let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        let until = Deadline::share(deadline.end(), n - done);
-        run_bounded(&binary, Command::Del, &conf, deadline, until)?;
-    }
-    Ok(())
+    let mut each = Each::new(Command::Del, prev.as_ref(), true);
+    (each.after, each.keep_going) = (after, false);
+    first(each.run(list, &list.plugins, guard, cni_path, deadline))
 }
 
 /// CHECK through every plugin, each given the runtime's prevResult in the delegate's version.
@@ -268,12 +286,9 @@ pub fn check(
     deadline: &Deadline,
 ) -> Result<()> {
     let prev = cached_result(list, guard)?;
-    for plugin in &list.plugins {
-        let binary = find(plugin, cni_path)?;
-        let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-        run_bounded(&binary, Command::Check, &conf, deadline, deadline.end())?;
-    }
-    Ok(())
+    let mut each = Each::new(Command::Check, prev.as_ref(), false);
+    (each.each_its_chance, each.keep_going) = (false, false);
+    first(each.run(list, &list.plugins, guard, cni_path, deadline))
 }
 
 /// STATUS through every plugin (libcni's `GetStatusNetworkList`), for delegates at 1.1.0+,
@@ -284,25 +299,24 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     if !list.version().has_status_and_gc() {
         return Ok(());
     }
-    let deadline = std::time::Instant::now() + guard.status_timeout;
-    for plugin in &list.plugins {
-        let binary = find(plugin, cni_path)?;
-        let conf = build_config(plugin, list, guard, None, &[]);
-        let timed_out = || {
-            Error::new(
-                Kind::TimedOut,
-                format!(
-                    "cni-guard: delegate {} did not answer STATUS within {}s: plugin {} was killed",
-                    list.path.display(),
-                    guard.status_timeout.as_secs_f64(),
-                    binary.display()
-                ),
-            )
-            .with_details("statusTimeoutSeconds bounds the delegate's STATUS")
-        };
-        invoke::run_until(&binary, Command::Status, &conf, deadline, timed_out)?;
-    }
-    Ok(())
+    let deadline = Deadline {
+        start: Instant::now(),
+        whole: guard.status_timeout,
+        key: "statusTimeoutSeconds",
+    };
+    let mut each = Each::new(Command::Status, None, false);
+    (each.each_its_chance, each.keep_going) = (false, false);
+    first(each.run(list, &list.plugins, guard, cni_path, &deadline)).map_err(|e| {
+        if *e.kind() != Kind::TimedOut {
+            return e;
+        }
+        let msg = format!(
+            "cni-guard: delegate {} did not answer STATUS: {}",
+            list.path.display(),
+            e.msg()
+        );
+        e.with_msg(msg)
+    })
 }
 
 /// GC through every plugin, continuing past failures (each with an equal share of what is left
@@ -318,21 +332,14 @@ pub fn gc(
     if !list.version().has_status_and_gc() || list.disable_gc {
         return Vec::new();
     }
-    let forwarded: Vec<(&str, &Value)> =
-        guard.gc_attachments.iter().map(|(k, v)| (*k, v)).collect();
-    let n = list.plugins.len();
-    let mut errors = Vec::new();
-    for (done, plugin) in list.plugins.iter().enumerate() {
-        let until = Deadline::share(deadline.end(), n - done);
-        let step = find(plugin, cni_path).and_then(|binary| {
-            let conf = build_config(plugin, list, guard, None, &forwarded);
-            run_bounded(&binary, Command::Gc, &conf, deadline, until).map(drop)
-        });
-        if let Err(e) = step {
-            errors.push(e);
-        }
-    }
-    errors
+    let mut each = Each::new(Command::Gc, None, false);
+    each.extra = guard.gc_attachments.iter().map(|(k, v)| (*k, v)).collect();
+    each.run(list, &list.plugins, guard, cni_path, deadline)
+}
+
+/// The first error of a run that stops at its first failure.
+fn first(errors: Vec<Error>) -> Result<()> {
+    errors.into_iter().next().map_or(Ok(()), Err)
 }
 
 /// The prevResult for DEL and CHECK: what the runtime cached from the guard's ADD, converted.

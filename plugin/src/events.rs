@@ -15,30 +15,31 @@ use std::io;
 use std::path::Path;
 
 use crate::sys::{self, at, Expect};
+use crate::verb::Command;
 
 /// The events file's name in the cache dir (a network's record folder never starts with `.`).
 pub const FILE: &str = ".metrics-events";
 /// The plugin appends nothing past this size (no `keep` is rotating the file).
 pub const MAX_BYTES: u64 = 16 << 20;
 
-/// One invocation as counted: the verb, the decision and, for a refusal, why (`-` when none).
+/// One invocation as counted: the verb (`None`: not one the guard knows), the decision and,
+/// for a refusal, why (`-` when none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
-    pub verb: &'static str,
+    pub verb: Option<Command>,
     pub decision: &'static str,
     pub reason: &'static str,
 }
 
 impl Event {
-    /// The line the plugin appends; tokens that are not `[a-z0-9-]` become `other`.
+    /// The line the plugin appends: `add refused delegate-missing`; tokens that are not
+    /// `[a-z0-9-]` become `other`.
     pub fn line(&self) -> String {
+        let verb = self
+            .verb
+            .map_or("other".to_owned(), |v| v.as_str().to_ascii_lowercase());
         let token = |t: &'static str| if is_token(t) { t } else { "other" };
-        format!(
-            "{} {} {}\n",
-            token(self.verb),
-            token(self.decision),
-            token(self.reason)
-        )
+        format!("{verb} {} {}\n", token(self.decision), token(self.reason))
     }
 }
 
@@ -79,13 +80,13 @@ mod tests {
     #[test]
     fn odd_tokens_become_other() {
         let e = Event {
-            verb: "add",
+            verb: Some(Command::Add),
             decision: "refused",
             reason: "delegate-missing",
         };
         assert_eq!(e.line(), "add refused delegate-missing\n");
         let odd = Event {
-            verb: "ADD",
+            verb: None,
             decision: "exec",
             reason: "a b",
         };
@@ -96,7 +97,7 @@ mod tests {
     fn appends_only_to_an_existing_file_of_ours() {
         let d = tempfile::tempdir().unwrap();
         let e = Event {
-            verb: "add",
+            verb: Some(Command::Add),
             decision: "exec",
             reason: "-",
         };
@@ -137,7 +138,7 @@ mod tests {
         let f = std::fs::File::create(d.path().join(FILE)).unwrap();
         f.set_len(MAX_BYTES).unwrap();
         let e = Event {
-            verb: "add",
+            verb: Some(Command::Add),
             decision: "exec",
             reason: "-",
         };

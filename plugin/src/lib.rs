@@ -23,6 +23,7 @@ pub mod readiness;
 pub mod records;
 pub mod request;
 pub mod sys;
+pub mod teardown;
 pub mod verb;
 pub mod version;
 pub mod wait;

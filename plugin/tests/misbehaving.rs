@@ -387,7 +387,8 @@ fn a_status_that_hangs_is_cut_at_its_bound_and_answers_50_naming_it() {
     let e = status.error(50);
     let msg = e["msg"].as_str().unwrap();
     assert!(
-        msg.contains("did not answer STATUS within 0.5s") && msg.contains("slow-status"),
+        msg.contains("slow-status did not finish its STATUS within 0.5s")
+            && msg.contains("statusTimeoutSeconds 0.5s"),
         "{msg}"
     );
     status.prompt("a STATUS that hangs");

@@ -308,7 +308,7 @@ mod tests {
 
     fn ev(verb: &'static str, decision: &'static str, reason: &'static str) -> Event {
         Event {
-            verb,
+            verb: cni_guard::verb::Command::parse(&verb.to_ascii_uppercase()),
             decision,
             reason,
         }

@@ -28,14 +28,12 @@ use crate::{invoke, teardown, wait};
 pub enum Action {
     /// Print `stdout` and exit with `exit`.
     Reply { stdout: Vec<u8>, exit: i32 },
-    /// Replace the process with the delegate plugin, `config` on its stdin. If the exec fails,
-    /// reply with the error for `verb` in `cni_version`. `lock`, kept open until the exec, is the
+    /// Replace the process with the delegate plugin, `config` on its stdin (if the exec fails,
+    /// reply with the error in [`reply_version`]). `lock`, kept open until the exec, is the
     /// attachment's lock, which the exec'd delegate then holds until it exits.
     Exec {
         plugin: PathBuf,
         config: Vec<u8>,
-        verb: Command,
-        cni_version: String,
         lock: Option<OwnedFd>,
     },
 }
@@ -116,14 +114,15 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         Ok(Done::Empty(what)) => (reply(Vec::new(), 0), "done", format!("decision={what}")),
         Ok(Done::Exec(plugin, config, lock)) => {
             let note = format!("decision=exec plugin={}", plugin.display());
-            let action = Action::Exec {
-                plugin,
-                config,
-                verb: reply_verb,
-                cni_version: reply_version().to_owned(),
-                lock,
-            };
-            (action, "exec", note)
+            (
+                Action::Exec {
+                    plugin,
+                    config,
+                    lock,
+                },
+                "exec",
+                note,
+            )
         }
         Err(e) => {
             let code = e.code(reply_verb);
@@ -366,12 +365,7 @@ fn run_add(
 /// CHECK: the delegate's CHECK with prevResult, where its version and configuration allow it,
 /// with the delegate recorded at the attachment's ADD (the current one without a record).
 fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
-    if cfg.version() < Version::V0_4_0 {
-        return Err(Error::new(
-            Kind::Unsupported,
-            format!("cniVersion {} does not have CHECK", cfg.cni_version),
-        ));
-    }
+    require(cfg, Version::V0_4_0, "CHECK")?;
     let mut store = Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     let list = match store
         .as_mut()
@@ -404,7 +398,7 @@ fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
 
 /// STATUS: 50 while not ready (never waits); then the delegate's own STATUS.
 fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
-    require_1_1(cfg, "STATUS")?;
+    require(cfg, Version::V1_1_0, "STATUS")?;
     let report = readiness::check(cfg, &req.cni_path);
     warn_loose(&report, ctx);
     if let Some(e) = refusal(&report, ctx) {
@@ -423,15 +417,10 @@ fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
 
 /// GC: forwarded to the delegate; then the guard's own records outside the valid set go.
 fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
-    require_1_1(cfg, "GC")?;
+    require(cfg, Version::V1_1_0, "GC")?;
     let mut errors = Vec::new();
     if let Ok(list) = NetworkConfig::load(&cfg.delegate, &cfg.plugin_type) {
-        errors.extend(delegate::gc(
-            &list,
-            cfg,
-            &req.cni_path,
-            &Deadline::start(cfg),
-        ));
+        errors = delegate::gc(&list, cfg, &req.cni_path, &Deadline::start(cfg));
     }
     match Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait) {
         Ok(Some(mut store)) => {
@@ -442,45 +431,34 @@ fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
                 ));
             }
             if let Some(valid) = &cfg.valid_attachments {
-                match store.list() {
-                    Ok(records) => {
-                        for (id, ifname) in records.iter().filter(|r| !valid.contains(r)) {
-                            if let Err(e) = store.remove(id, ifname) {
-                                errors.push(e);
-                            }
-                        }
-                    }
-                    Err(e) => errors.push(e),
-                }
+                errors.extend(store.keep_only(valid));
             }
         }
         Ok(None) => {}
         Err(e) => errors.push(e),
     }
     let mut errors = errors.into_iter();
-    match errors.next() {
-        None => Ok(Done::Empty("collected")),
-        Some(first) => {
-            let rest: Vec<String> = errors.map(|e| e.to_string()).collect();
-            match rest.is_empty() {
-                true => Err(first),
-                false => Err(first.with_details(format!("also: {}", rest.join("; ")))),
-            }
-        }
+    let Some(first) = errors.next() else {
+        return Ok(Done::Empty("collected"));
+    };
+    let rest: Vec<String> = errors.map(|e| e.to_string()).collect();
+    match rest.is_empty() {
+        true => Err(first),
+        false => Err(first.with_details(format!("also: {}", rest.join("; ")))),
     }
 }
 
-fn require_1_1(cfg: &GuardConfig, verb: &str) -> Result<()> {
-    if cfg.version() < Version::V1_1_0 {
-        return Err(Error::new(
-            Kind::Unsupported,
-            format!(
-                "cniVersion {} does not have {verb} (it came with 1.1.0)",
-                cfg.cni_version
-            ),
-        ));
+/// A verb the guard's cniVersion does not have yet: code 1.
+fn require(cfg: &GuardConfig, since: Version, verb: &str) -> Result<()> {
+    if cfg.version() >= since {
+        return Ok(());
     }
-    Ok(())
+    let Version(a, b, c) = since;
+    let msg = format!(
+        "cniVersion {} does not have {verb} (it came with {a}.{b}.{c})",
+        cfg.cni_version
+    );
+    Err(Error::new(Kind::Unsupported, msg))
 }
 
 fn warn_loose(report: &Report, ctx: &mut Ctx) {

@@ -41,50 +41,34 @@ pub struct Seconds {
 }
 
 /// `waitSeconds`: how long ADD waits for missing preconditions.
-pub const WAIT: Seconds = Seconds {
-    key: "waitSeconds",
-    default: 0.0,
-    zero: true,
-    max: 600.0,
-};
+pub const WAIT: Seconds = Seconds::new("waitSeconds", 0.0, true, 600.0);
 /// `delWaitSeconds`: how long a DEL replaying the recorded delegate it fronts waits for that
 /// delegate to be ready again. Absent or null: `waitSeconds`'s value (`default` is not used).
-pub const DEL_WAIT: Seconds = Seconds {
-    key: "delWaitSeconds",
-    default: 0.0,
-    zero: true,
-    max: 600.0,
-};
+pub const DEL_WAIT: Seconds = Seconds::new("delWaitSeconds", 0.0, true, 600.0);
 /// `delegateTimeoutSeconds`: what a verb's delegate plugins get, all together, after the
 /// verb's waits. 40 s: with the lock wait (10 s) and install's DEL wait (40 s) a DEL ends within
 /// 90 s, well inside kubelet's 2-minute StopPodSandbox deadline.
-pub const DELEGATE_TIMEOUT: Seconds = Seconds {
-    key: "delegateTimeoutSeconds",
-    default: 40.0,
-    zero: false,
-    max: 600.0,
-};
+pub const DELEGATE_TIMEOUT: Seconds = Seconds::new("delegateTimeoutSeconds", 40.0, false, 600.0);
 /// `lockWaitSeconds`: the bound on waiting for another guard process on the same attachment
 /// (an ADD or DEL of it still running). Past it ADD answers 11 and DEL says what it could not
 /// tear down; the runtime retries both.
-pub const LOCK_WAIT: Seconds = Seconds {
-    key: "lockWaitSeconds",
-    default: 10.0,
-    zero: true,
-    max: 600.0,
-};
+pub const LOCK_WAIT: Seconds = Seconds::new("lockWaitSeconds", 10.0, true, 600.0);
 /// `statusTimeoutSeconds`: the bound on the delegate's STATUS, all its plugins together. Small:
 /// containerd runs STATUS inside the CRI `Status` call that kubelet polls (about every 5 s) and
 /// bounds by nothing else, while multus-shim's STATUS waits up to 60 s for a Multus daemon that
 /// is down.
-pub const STATUS_TIMEOUT: Seconds = Seconds {
-    key: "statusTimeoutSeconds",
-    default: 3.0,
-    zero: false,
-    max: 60.0,
-};
+pub const STATUS_TIMEOUT: Seconds = Seconds::new("statusTimeoutSeconds", 3.0, false, 60.0);
 
 impl Seconds {
+    const fn new(key: &'static str, default: f64, zero: bool, max: f64) -> Seconds {
+        Seconds {
+            key,
+            default,
+            zero,
+            max,
+        }
+    }
+
     pub fn allows(&self, seconds: f64) -> bool {
         seconds <= self.max && (seconds > 0.0 || (self.zero && seconds == 0.0))
     }

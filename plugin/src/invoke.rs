@@ -23,38 +23,30 @@ use crate::verb::Command as Verb;
 /// problem says why after the plugin's name: "is not in CNI_PATH ...".
 pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, Problem> {
     let missing = |why: String| Err(Problem::NoBinary(why));
-    if plugin_type.is_empty()
-        || plugin_type.contains('/')
-        || plugin_type == "."
-        || plugin_type == ".."
-    {
+    if ["", ".", ".."].contains(&plugin_type) || plugin_type.contains('/') {
         return missing(format!("is not a valid plugin type {plugin_type:?}"));
     }
     if cni_path.is_empty() {
         return missing("cannot be looked up: CNI_PATH is empty".to_owned());
     }
+    let files = cni_path
+        .iter()
+        .map(|dir| dir.join(plugin_type))
+        .filter(|p| p.metadata().is_ok_and(|m| m.is_file()));
     let mut not_executable = None;
-    for dir in cni_path {
-        let candidate = dir.join(plugin_type);
-        if let Ok(meta) = std::fs::metadata(&candidate) {
-            if meta.is_file() {
-                if meta.permissions().mode() & 0o111 != 0 {
-                    return Ok(candidate);
-                }
-                not_executable.get_or_insert(candidate);
-            }
+    for candidate in files {
+        if candidate
+            .metadata()
+            .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+        {
+            return Ok(candidate);
         }
+        not_executable.get_or_insert(candidate);
     }
+    let path: Vec<String> = cni_path.iter().map(|p| p.display().to_string()).collect();
     missing(match not_executable {
         Some(p) => format!("is not executable at {}", p.display()),
-        None => format!(
-            "is not in CNI_PATH {}",
-            cni_path
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(":")
-        ),
+        None => format!("is not in CNI_PATH {}", path.join(":")),
     })
 }
 
@@ -89,21 +81,12 @@ pub fn run_until(
     deadline: Instant,
     timed_out: impl FnOnce() -> Error,
 ) -> Result<Vec<u8>, Error> {
-    let stdin = sys::memfd_with(config).map_err(|e| {
-        Error::new(
-            Kind::Io,
-            format!("cannot prepare stdin for {}: {e}", plugin.display()),
-        )
-    })?;
-    let cannot_run = |e: std::io::Error| {
-        Error::new(
-            Kind::Failed,
-            format!("cannot run plugin {}: {e}", plugin.display()),
-        )
-    };
+    let failed =
+        |why: String| Error::new(Kind::Failed, format!("plugin {} {why}", plugin.display()));
+    let cannot_run = |e: std::io::Error| failed(format!("cannot be run: {e}"));
     let mut cmd = Command::new(plugin);
     cmd.env("CNI_COMMAND", verb.as_str())
-        .stdin(Stdio::from(stdin))
+        .stdin(Stdio::from(sys::memfd_with(config).map_err(cannot_run)?))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     sys::child_of_guard(&mut cmd);
@@ -113,7 +96,6 @@ pub fn run_until(
         Ok(None) => return Err(timed_out()),
         Err(e) => {
             sys::kill_group(child.id());
-            let _ = child.try_wait();
             return Err(cannot_run(e));
         }
     };
@@ -128,11 +110,8 @@ pub fn run_until(
         (None, Some(s)) => format!("was killed by signal {s}"),
         _ => "failed".to_owned(),
     };
-    Err(Error::new(
-        Kind::Failed,
-        format!("plugin {} {how} without a CNI error", plugin.display()),
-    )
-    .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)])))
+    let printed = String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned();
+    Err(failed(format!("{how} without a CNI error")).with_details(printed))
 }
 
 /// Reads the child's stdout (kept) and stderr (relayed to ours) until it exits, then for at
@@ -145,47 +124,40 @@ fn wait_bounded(
     let err = OwnedFd::from(child.stderr.take().expect("stderr is piped"));
     sys::set_nonblocking(out.as_fd())?;
     sys::set_nonblocking(err.as_fd())?;
-    // Without pidfd (Linux before 5.3) the exit is noticed by polling in short slices.
-    let exited = sys::pidfd_open(child.id()).ok();
+    let exited = sys::pidfd_open(child.id())?;
     let (mut stdout, mut relay) = (Vec::new(), Vec::new());
     let (mut out_open, mut err_open) = (true, true);
-    let mut status = None;
-    let mut drain_until = None;
+    let mut ended: Option<(ExitStatus, Instant)> = None;
     loop {
-        if status.is_none() {
-            status = child.try_wait()?;
-            if status.is_some() {
-                drain_until = Some(Instant::now() + DRAIN_GRACE);
-            }
+        if ended.is_none() {
+            ended = child
+                .try_wait()?
+                .map(|st| (st, Instant::now() + DRAIN_GRACE));
         }
         let now = Instant::now();
-        match (status, drain_until) {
-            (Some(st), Some(until)) if !(out_open || err_open) || now >= until => {
-                return Ok(Some((st, stdout)));
+        match ended {
+            Some((st, until)) if !(out_open || err_open) || now >= until => {
+                return Ok(Some((st, stdout)))
             }
-            (None, _) if now >= deadline => {
+            None if now >= deadline => {
                 sys::kill_group(child.id());
-                reap_within(child, exited.as_ref(), KILL_GRACE);
+                reap_within(child, &exited, KILL_GRACE);
                 return Ok(None);
             }
             _ => {}
         }
-        let mut wait = drain_until
-            .unwrap_or(deadline)
-            .saturating_duration_since(now);
-        let mut fds = Vec::with_capacity(3);
-        if out_open {
-            fds.push(out.as_fd());
-        }
-        if err_open {
-            fds.push(err.as_fd());
-        }
-        match (&exited, status) {
-            (Some(pidfd), None) => fds.push(pidfd.as_fd()),
-            (None, None) => wait = wait.min(Duration::from_millis(10)),
-            _ => {}
-        }
-        sys::poll_readable(&fds, Some(wait))?;
+        let limit = ended.map_or(deadline, |(_, until)| until);
+        let open = [
+            (out_open, &out),
+            (err_open, &err),
+            (ended.is_none(), &exited),
+        ];
+        let fds: Vec<_> = open
+            .iter()
+            .filter(|(o, _)| *o)
+            .map(|(_, fd)| fd.as_fd())
+            .collect();
+        sys::poll_readable(&fds, Some(limit.saturating_duration_since(now)))?;
         if out_open {
             out_open = !sys::read_available(out.as_fd(), &mut stdout, MAX_STDOUT, READ_PER_WAKE)?;
         }
@@ -199,16 +171,12 @@ fn wait_bounded(
 
 /// Reaps a killed child if it is gone within `grace`; otherwise leaves it (a process in
 /// uninterruptible sleep dies when the kernel lets it, and is reaped by whoever inherits it).
-fn reap_within(child: &mut Child, pidfd: Option<&OwnedFd>, grace: Duration) {
+fn reap_within(child: &mut Child, pidfd: &OwnedFd, grace: Duration) {
     let until = Instant::now() + grace;
     while let Ok(None) = child.try_wait() {
         let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left.is_zero() || sys::poll_readable(&[pidfd.as_fd()], Some(left)).is_err() {
             return;
-        }
-        match pidfd {
-            Some(fd) => drop(sys::poll_readable(&[fd.as_fd()], Some(left))),
-            None => std::thread::sleep(left.min(Duration::from_millis(10))),
         }
     }
 }
@@ -218,18 +186,13 @@ fn reap_within(child: &mut Child, pidfd: Option<&OwnedFd>, grace: Duration) {
 /// is (an exec that failed could not be told from one that ran, once counted).
 pub fn can_exec(plugin: &Path) -> bool {
     let mut head = [0u8; 256];
-    let n = std::fs::File::open(plugin)
-        .and_then(|mut f| f.read(&mut head))
-        .unwrap_or(0);
-    let head = &head[..n];
-    if head.starts_with(b"\x7fELF") {
-        return true;
-    }
+    let n = std::fs::File::open(plugin).and_then(|mut f| f.read(&mut head));
+    let head = &head[..n.unwrap_or(0)];
     let Some(line) = head.strip_prefix(b"#!") else {
-        return false;
+        return head.starts_with(b"\x7fELF");
     };
     let interpreter = line
-        .split(|b| *b == b'\n' || *b == b' ' || *b == b'\t')
+        .split(|b| b" \t\n".contains(b))
         .find(|w| !w.is_empty())
         .and_then(|w| std::str::from_utf8(w).ok());
     interpreter.is_some_and(|i| {
@@ -239,25 +202,16 @@ pub fn can_exec(plugin: &Path) -> bool {
 
 /// Replaces this process with the plugin, its configuration on stdin. Returns only on failure.
 pub fn exec(plugin: &Path, config: &[u8]) -> Error {
-    let stdin = match sys::memfd_with(config) {
-        Ok(fd) => fd,
-        Err(e) => {
-            return Error::new(
-                Kind::Io,
-                format!("cannot prepare stdin for {}: {e}", plugin.display()),
-            )
+    let e = match sys::memfd_with(config) {
+        Ok(stdin) => {
+            let mut cmd = Command::new(plugin);
+            cmd.stdin(Stdio::from(stdin));
+            while_text_busy(|| Err::<(), _>(cmd.exec())).unwrap_err()
         }
-    };
-    let mut cmd = Command::new(plugin);
-    cmd.stdin(Stdio::from(stdin));
-    let e = match while_text_busy(|| Err::<(), _>(cmd.exec())) {
         Err(e) => e,
-        Ok(()) => unreachable!("exec returns only when it fails"),
     };
-    Error::new(
-        Kind::Failed,
-        format!("cannot exec plugin {}: {e}", plugin.display()),
-    )
+    let msg = format!("cannot exec plugin {}: {e}", plugin.display());
+    Error::new(Kind::Failed, msg)
 }
 
 /// How long a plugin binary that is open for writing somewhere (ETXTBSY: an installer still
@@ -283,13 +237,9 @@ fn while_text_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io:
 /// The spec's error structure, if `stdout` holds one: an object with a numeric `code`.
 pub fn as_cni_error(stdout: &[u8]) -> Option<Error> {
     let v: serde_json::Value = serde_json::from_slice(stdout).ok()?;
-    let c = v.get("code")?.as_u64()?;
+    let c = u32::try_from(v.get("code")?.as_u64()?).unwrap_or(code::INTERNAL);
     let msg = v.get("msg")?.as_str().unwrap_or("delegate error");
-    Some(Error::delegate(
-        u32::try_from(c).unwrap_or(code::INTERNAL),
-        msg,
-        stdout.to_vec(),
-    ))
+    Some(Error::delegate(c, msg, stdout.to_vec()))
 }
 
 #[cfg(test)]

@@ -46,17 +46,15 @@ fn main() -> ExitCode {
         Action::Exec {
             plugin,
             config,
-            verb,
-            cni_version,
             lock,
         } => {
             let e = invoke::exec(&plugin, &config);
             // The exec failed: the guard is the holder again, and lets go when it exits. (The
             // invocation was counted as an exec: `invoke::can_exec` sent to the child path what
-            // it could tell would fail.)
+            // it could tell would fail.) 999, the code of a failure on every verb.
             drop(lock);
             log::emit(Level::Warning, &format!("exec failed: {e}"));
-            (e.to_json(verb, &cni_version), 1)
+            (e.to_json(Command::Add, cni::reply_version()), 1)
         }
     };
     let mut out = std::io::stdout().lock();

@@ -87,53 +87,55 @@ impl NetworkConfig {
             "conf" | "json" => false,
             _ => obj.contains_key("plugins"),
         };
-        let mut conf = NetworkConfig {
-            path: path.to_owned(),
-            name: String::new(),
-            cni_version: String::new(),
-            plugins: Vec::new(),
-            disable_check: false,
-            disable_gc: false,
-            raw: Vec::new(),
-            loosely_writable: false,
+        let switch = |key| {
+            if is_list {
+                bool_field(&obj, key)
+            } else {
+                Ok(false)
+            }
         };
-        if is_list {
-            conf.name = match obj.get("name") {
-                Some(Value::String(s)) if !s.is_empty() => s.clone(),
-                _ => return Err(unusable("has no network name")),
-            };
-            conf.cni_version = list_version(&obj)?;
-            conf.plugins = match obj.get("plugins") {
-                Some(Value::Array(items)) if !items.is_empty() => items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| match p {
-                        Value::Object(m) => check_type(m).map(|_| m.clone()),
-                        _ => Err(unusable(format!("plugins[{i}] is not an object"))),
-                    })
-                    .collect::<Result<_, _>>()?,
-                Some(Value::Array(_)) => return Err(unusable("has an empty plugin list")),
-                _ => return Err(unusable("is a .conflist without a \"plugins\" list")),
-            };
-            conf.disable_check = bool_field(&obj, "disableCheck")?;
-            conf.disable_gc = bool_field(&obj, "disableGC")?;
-        } else {
-            if obj.contains_key("plugins") && !obj.contains_key("type") {
+        let (disable_check, disable_gc) = (switch("disableCheck")?, switch("disableGC")?);
+        let (name, cni_version, plugins) = match is_list {
+            true => {
+                let Some(Value::String(name)) = obj.get("name").filter(|n| n != &"") else {
+                    return Err(unusable("has no network name"));
+                };
+                let plugins = match obj.get("plugins") {
+                    Some(Value::Array(items)) if items.is_empty() => {
+                        return Err(unusable("has an empty plugin list"))
+                    }
+                    Some(Value::Array(items)) => items,
+                    _ => return Err(unusable("is a .conflist without a \"plugins\" list")),
+                };
+                let plugins = plugins.iter().enumerate().map(|(i, p)| match p {
+                    Value::Object(m) => check_type(m).map(|_| m.clone()),
+                    _ => Err(unusable(format!("plugins[{i}] is not an object"))),
+                });
+                let plugins = plugins.collect::<Result<_, _>>()?;
+                (name.clone(), list_version(&obj)?, plugins)
+            }
+            false if obj.contains_key("plugins") && !obj.contains_key("type") => {
                 return Err(unusable(
                     "holds a plugin list but is not named .conflist (a .conf holds one plugin)",
-                ));
+                ))
             }
-            check_type(&obj)?;
-            conf.cni_version = supported(obj.get("cniVersion"))?;
-            conf.name = obj
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            conf.plugins = vec![obj];
-        }
-        conf.raw = raw;
-        Ok(conf)
+            false => {
+                check_type(&obj)?;
+                let name = obj.get("name").and_then(Value::as_str).unwrap_or("");
+                let (name, version) = (name.to_owned(), supported(obj.get("cniVersion"))?);
+                (name, version, vec![obj])
+            }
+        };
+        Ok(NetworkConfig {
+            path: path.to_owned(),
+            name,
+            cni_version,
+            disable_check,
+            disable_gc,
+            plugins,
+            raw,
+            loosely_writable: false,
+        })
     }
 }
 

@@ -44,7 +44,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::error::{Error, Kind, Result};
@@ -53,60 +53,44 @@ use crate::sys::{self, at, Expect};
 
 const MAX_RECORD_BYTES: u64 = 16 << 20;
 
-/// What DEL needs to know about an attachment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What DEL needs to know about an attachment: the record file's JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Record {
+    #[serde(rename = "containerID")]
     pub container_id: String,
     pub ifname: String,
     pub network: String,
     pub cni_version: String,
     pub delegate_path: PathBuf,
-    /// The delegate configuration's bytes, as loaded at ADD.
+    /// The delegate configuration's bytes, as loaded at ADD (JSON already validated): written
+    /// into the record as they are, never parsed again on the way.
+    #[serde(serialize_with = "raw_out", deserialize_with = "raw_in")]
     pub delegate: Vec<u8>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RecordFile {
-    #[serde(rename = "containerID")]
-    container_id: String,
-    ifname: String,
-    network: String,
-    cni_version: String,
-    delegate_path: PathBuf,
-    delegate: Box<RawValue>,
+fn raw_out<S: serde::Serializer>(bytes: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
+    let text = std::str::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
+    RawValue::from_string(text.to_owned())
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
+}
+
+fn raw_in<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<u8>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(|raw| raw.get().as_bytes().to_vec())
 }
 
 impl Record {
     /// The record file's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let header = serde_json::json!({
-            "containerID": self.container_id,
-            "ifname": self.ifname,
-            "network": self.network,
-            "cniVersion": self.cni_version,
-            "delegatePath": self.delegate_path,
-        });
-        let mut out = serde_json::to_vec(&header).expect("strings always serialize");
-        // The delegate bytes were validated as JSON when loaded: splice them in unparsed.
-        out.pop();
-        out.extend_from_slice(b",\"delegate\":");
-        out.extend_from_slice(&self.delegate);
-        out.extend_from_slice(b"}\n");
+        let mut out = serde_json::to_vec(self).expect("a loaded delegate always serializes");
+        out.push(b'\n');
         out
     }
 
     /// Parses a record file's bytes; the error says why.
     pub fn decode(bytes: &[u8]) -> std::result::Result<Record, serde_json::Error> {
-        let f: RecordFile = serde_json::from_slice(bytes)?;
-        Ok(Record {
-            container_id: f.container_id,
-            ifname: f.ifname,
-            network: f.network,
-            cni_version: f.cni_version,
-            delegate_path: f.delegate_path,
-            delegate: f.delegate.get().as_bytes().to_vec(),
-        })
+        serde_json::from_slice(bytes)
     }
 }
 
@@ -301,6 +285,18 @@ impl Store {
             .collect();
         out.sort();
         Ok(out)
+    }
+
+    /// Removes every record but those of `valid` attachments; returns what failed.
+    pub fn keep_only(&mut self, valid: &[(String, String)]) -> Vec<Error> {
+        let records = match self.list() {
+            Ok(records) => records,
+            Err(e) => return vec![e],
+        };
+        let stale = records.iter().filter(|r| !valid.contains(r));
+        stale
+            .filter_map(|(id, ifname)| self.remove(id, ifname).err())
+            .collect()
     }
 
     /// Removes temp files whose writer is gone (its attachment is not locked). Returns how many

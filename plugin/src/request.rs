@@ -70,63 +70,47 @@ pub fn command(getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Command> {
 /// Reads and validates every parameter the verb needs, reporting all problems together.
 pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Request> {
     let mut problems = Vec::new();
-    let mut get = |name: &str| -> String {
-        let required = required(command).contains(&name);
-        match getenv(name) {
-            None => {
-                if required {
-                    problems.push(format!("{name} is missing"));
-                }
+    let mut get = |name: &str, rule: fn(&str) -> std::result::Result<(), names::BadName>| {
+        let value = getenv(name).unwrap_or_default();
+        let why = match (value_problem(value.as_bytes()), value.is_empty()) {
+            (Some(why), _) => Some(why.to_owned()),
+            (None, true) if required(command).contains(&name) => match getenv(name) {
+                None => Some("is missing".to_owned()),
+                Some(_) => Some("is empty".to_owned()),
+            },
+            (None, true) => None,
+            (None, false) => rule(&value.to_string_lossy()).err().map(|w| w.to_string()),
+        };
+        match why {
+            Some(why) => {
+                problems.push(format!("{name} {why}"));
                 String::new()
             }
-            Some(v) => {
-                let bytes = v.as_bytes();
-                if let Some(why) = value_problem(bytes) {
-                    problems.push(format!("{name} {why}"));
-                    return String::new();
-                }
-                let s = String::from_utf8_lossy(bytes).into_owned();
-                if s.is_empty() && required {
-                    problems.push(format!("{name} is empty"));
-                }
-                s
-            }
+            None => value.to_string_lossy().into_owned(),
         }
     };
-    let container_id = get("CNI_CONTAINERID");
-    get("CNI_NETNS");
-    let ifname = get("CNI_IFNAME");
-    let cni_args = get("CNI_ARGS");
-    let path = get("CNI_PATH");
-    if !container_id.is_empty() {
-        if let Err(why) = names::container_id(&container_id) {
-            problems.push(format!("CNI_CONTAINERID {why}"));
-        }
-    }
-    if !ifname.is_empty() {
-        if let Err(why) = names::ifname(&ifname) {
-            problems.push(format!("CNI_IFNAME {why}"));
-        }
-    }
+    let any = |_: &str| Ok(());
+    let container_id = get("CNI_CONTAINERID", names::container_id);
+    get("CNI_NETNS", any);
+    let ifname = get("CNI_IFNAME", names::ifname);
+    let cni_args = get("CNI_ARGS", any);
+    let path = get("CNI_PATH", any);
     if !problems.is_empty() {
-        return Err(Error::new(
-            Kind::BadEnv,
-            format!(
-                "invalid CNI parameters for {}: {}",
-                command.as_str(),
-                problems.join("; ")
-            ),
-        ));
+        let msg = format!(
+            "invalid CNI parameters for {}: {}",
+            command.as_str(),
+            problems.join("; ")
+        );
+        return Err(Error::new(Kind::BadEnv, msg));
     }
-    let cni_path = path
-        .split(':')
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .collect();
     Ok(Request {
         container_id,
         ifname,
-        cni_path,
+        cni_path: path
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect(),
         cni_args,
     })
 }

@@ -8,26 +8,25 @@ use crate::netconf::NetworkConfig;
 use crate::readiness;
 use crate::records::Store;
 use crate::request::Request;
+use crate::version::convert_result;
 
-/// DEL, in plain steps: lock the attachment and read its record; choose the configuration
-/// that tears it down; wait for the delegate it fronts; run it under the verb's one deadline;
-/// remove the record. Never refused for a missing delegate. Fails (11), tearing nothing down,
-/// when another process holds the attachment past `lockWaitSeconds`: the runtime retries.
+/// DEL, in plain steps: lock the attachment and read its record; choose what tears it down;
+/// wait for the delegate the record fronts; run it under the verb's one deadline; remove the
+/// record. Never refused for a missing delegate. Fails (11), tearing nothing down, when
+/// another process holds the attachment past `lockWaitSeconds`: the runtime retries.
 pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     // 1. Lock and read the record.
-    let mut store =
-        Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait).unwrap_or_else(|e| {
-            ctx.warnings.push(format!(
-                "records unusable, tearing down with the current delegate: {e}"
-            ));
-            None
-        });
+    let store = Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait);
+    let mut store = store.unwrap_or_else(|e| {
+        let why = format!("records unusable, tearing down with the current delegate: {e}");
+        ctx.warnings.push(why);
+        None
+    });
     let recorded = match store.as_mut().map(|s| recorded(s, req, cfg)) {
         Some(Err(e)) if *e.kind() == Kind::Busy => {
             let msg = format!("{}: not torn down", e.msg());
-            return Err(e
-                .with_msg(msg)
-                .with_details("lockWaitSeconds bounds the wait; the runtime retries DEL"));
+            let why = "lockWaitSeconds bounds the wait; the runtime retries DEL";
+            return Err(e.with_msg(msg).with_details(why));
         }
         Some(Err(e)) => {
             ctx.warnings.push(e.to_string());
@@ -36,60 +35,56 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
         Some(Ok(list)) => list,
         None => None,
     };
-    // 2. Choose: the record; else the current delegate when ADD would run it now (the guard
-    // never ran this attachment's ADD: it records first). With per-pod awareness and no
-    // record, the primary's DEL too: Multus skips it for a pod it has no cache entry for.
-    let (list, decision) = match recorded {
-        Some(list) => (Some(list), "deleted-recorded"),
-        None => (
-            ready_now(req, cfg, "ADD would refuse now", ctx),
-            "deleted-current",
-        ),
-    };
-    let primary = match (&list, decision, &cfg.per_pod) {
-        (_, "deleted-current", Some(per_pod)) => {
-            let primary = primary_config(cfg, per_pod);
-            ready_now(req, &primary, "the primary cannot run", ctx).map(|l| (l, primary))
+    // 2. Choose: the record (3. waiting for the delegate it fronts); else the current delegate
+    // when ADD would run it now (the guard never ran this attachment's ADD: it records first),
+    // and with per-pod awareness the primary's DEL too: Multus skips it for a pod it has no
+    // cache entry for.
+    let mut runs = Vec::new();
+    let decision = match recorded {
+        Some(list) => {
+            await_recorded_delegate(req, cfg, &list, ctx);
+            runs.push((list, cfg.clone()));
+            "deleted-recorded"
         }
-        _ => None,
+        None => {
+            runs.extend(ready_now(req, cfg, "ADD would refuse now", ctx).map(|l| (l, cfg.clone())));
+            if let Some(per_pod) = &cfg.per_pod {
+                let primary = primary_config(cfg, per_pod);
+                let list = ready_now(req, &primary, "the primary cannot run", ctx);
+                runs.extend(list.map(|l| (l, primary)));
+            }
+            match runs.first() {
+                None => return Ok(Done::Empty("nothing-to-do")),
+                Some((l, _)) if l.path == cfg.delegate => "deleted-current",
+                Some(_) => "deleted-primary",
+            }
+        }
     };
-    if list.is_none() && primary.is_none() {
-        return Ok(Done::Empty("nothing-to-do"));
-    }
-    // 3. Wait for the delegate the record fronts (see `await_recorded_delegate`).
-    if let (Some(list), "deleted-recorded") = (&list, decision) {
-        await_recorded_delegate(req, cfg, list, ctx);
-    }
-    // 4. Run, every list under one deadline; the primary's too when the delegate's failed.
+    // 4. Run every list under one deadline, each in turn whatever the one before did.
     let deadline = Deadline::start(cfg);
-    let after = primary.as_ref().map_or(0, |(l, _)| l.plugins.len());
+    let mut after: usize = runs.iter().map(|(l, _)| l.plugins.len()).sum();
     let mut result = Ok(());
-    if let Some(list) = &list {
-        result = delegate::del(
+    for (list, run_cfg) in &runs {
+        after -= list.plugins.len();
+        let run_cfg = del_config(run_cfg, list, ctx);
+        result = result.and(delegate::del(
             list,
-            &del_config(cfg, list, ctx),
+            &run_cfg,
             &req.cni_path,
             &deadline,
             after,
-        );
-    }
-    if let Some((list, primary_cfg)) = &primary {
-        let ran = delegate::del(list, primary_cfg, &req.cni_path, &deadline, 0);
-        ctx.notes.push(("perpod", "primary".to_owned()));
-        result = result.and(ran);
+        ));
+        if run_cfg.delegate != cfg.delegate {
+            ctx.notes.push(("perpod", "primary".to_owned()));
+        }
     }
     result?;
     // 5. Remove the record.
-    if let Some(store) = &mut store {
-        if let Err(e) = store.remove(&req.container_id, &req.ifname) {
-            ctx.warnings
-                .push(format!("torn down, but the record stays: {e}"));
-        }
+    if let Some(Err(e)) = store.map(|mut s| s.remove(&req.container_id, &req.ifname)) {
+        ctx.warnings
+            .push(format!("torn down, but the record stays: {e}"));
     }
-    Ok(Done::Empty(match list {
-        None => "deleted-primary",
-        Some(_) => decision,
-    }))
+    Ok(Done::Empty(decision))
 }
 
 /// The attachment's recorded delegate, with the attachment locked in `store`; `None` without a
@@ -137,21 +132,14 @@ fn ready_now(req: &Request, cfg: &GuardConfig, why: &str, ctx: &mut Ctx) -> Opti
 /// DEL's configuration: a prevResult the delegate could not be given must not stop the
 /// teardown, which goes on without it, as for a runtime that cached nothing.
 fn del_config(cfg: &GuardConfig, list: &NetworkConfig, ctx: &mut Ctx) -> GuardConfig {
-    let unusable = cfg
-        .prev_result
-        .as_ref()
-        .and_then(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version).err());
-    match unusable {
-        Some(why) => {
-            ctx.warnings
-                .push(format!("invalid prevResult ignored for DEL: {}", why.msg()));
-            GuardConfig {
-                prev_result: None,
-                ..cfg.clone()
-            }
-        }
-        None => cfg.clone(),
+    let mut cfg = cfg.clone();
+    let prev = cfg.prev_result.as_ref();
+    if let Some(Err(why)) = prev.map(|p| convert_result(p, &cfg.cni_version, &list.cni_version)) {
+        ctx.warnings
+            .push(format!("invalid prevResult ignored for DEL: {}", why.msg()));
+        cfg.prev_result = None;
     }
+    cfg
 }
 
 /// A recorded DEL of the delegate the guard fronts (its record names the current delegate file)

@@ -77,7 +77,9 @@ trap cleanup EXIT
 # helm keeps no state between runs and never reads the user's repositories or plugins.
 export HELM_CONFIG_HOME=$WORK/helm/config HELM_CACHE_HOME=$WORK/helm/cache HELM_DATA_HOME=$WORK/helm/data
 
-# The values files: the defaults, and each file in ci/.
+# The values files: the defaults (with an image: the chart has none by default), and each file
+# in ci/.
+IMAGE_SET=(--set image.repository=cni-guard)
 VALUES=(default)
 for f in "$CHART"/ci/*-values.yaml; do
   name=$(basename "$f" -values.yaml)
@@ -86,6 +88,8 @@ done
 values_args() {
   if [ "$1" != default ]; then
     echo "-f $CHART/ci/$1-values.yaml"
+  else
+    echo "${IMAGE_SET[*]}"
   fi
 }
 
@@ -105,8 +109,8 @@ for v in "${VALUES[@]}"; do
 done
 # deploy/base's counterpart: the default values with the Namespace.
 "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true \
-  --set delegateWriter=null >"$WORK/helm-base.yaml"
-for overlay in base multus-cilium; do
+  --set delegateWriter=null "${IMAGE_SET[@]}" >"$WORK/helm-base.yaml"
+for overlay in base multus-cilium uninstall; do
   kubectl kustomize "deploy/$overlay" >"$WORK/kustomize-$overlay.yaml"
 done
 
@@ -260,16 +264,26 @@ rejects=(
   "--set-json 'affinity={\"nodeAfinity\":{}}'|'/affinity': additional properties 'nodeAfinity' not allowed"
   "--set podLabels.team=1|'/podLabels/team': got number, want string"
   "--set prometheusRule.missing.for=soon|/prometheusRule/missing/for"
+  "--set mode=remove|/mode"
+  "--set metrics.address=host-ip|/metrics/address"
+  "--set grafanaDashboard.enabled=yes|'/grafanaDashboard/enabled': got string, want boolean"
+  "--set grafanaDashboard.labels.grafana_dashboard=1|'/grafanaDashboard/labels/grafana_dashboard': got number, want string"
+  # No image by default: the chart refuses to render, saying what to do, in both modes.
+  "--set mode=guard|image.repository is not set: this chart has no default image"
+  "--set mode=uninstall|image.repository is not set: this chart has no default image"
+  "--set image.tag=0.2.0|image.repository is not set: this chart has no default image"
 )
 for case in "${rejects[@]}"; do
   args=${case%%|*}
   want=${case#*|}
+  # Every case but the image's own has an image, so that it fails for its own reason.
+  case $want in *"image.repository is not set"*) ;; *) args="${IMAGE_SET[*]} $args" ;; esac
   if eval "\"\$HELM\" template cni-guard \"\$CHART\" -n \"\$NAMESPACE\" $args" >"$WORK/reject.out" 2>&1; then
     fail "helm template accepted $args"
   fi
   grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
   case $want in
-    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"*) ;;
+    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"* | *"image.repository is not set"*) ;;
     *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
   esac
   echo "rejected: $args ($want)"
@@ -303,6 +317,8 @@ def values(name):
                 a[k] = merge(a.get(k, {}), x) if isinstance(x, dict) and isinstance(a.get(k), dict) else x
             return a
         merge(v, over)
+    else:
+        v["image"]["repository"] = "cni-guard"  # IMAGE_SET: the chart has no default image
     return v
 
 # --- 2. the chart renders what kustomize renders ---------------------------------------------
@@ -371,6 +387,57 @@ ds = lambda name: normalise([d for d in load(name) if d["kind"] == "DaemonSet"][
 check(ds("helm-multus-cilium") != ds("kustomize-base"), "the comparison cannot tell base from multus-cilium")
 print("the comparison tells deploy/base from deploy/multus-cilium")
 
+# --- 5b. mode uninstall: each node's pod removes what install put there ----------------------
+def uninstall_mode(name, v, docs, ds):
+    spec = ds["spec"]["template"]["spec"]
+    kinds = sorted(d["kind"] for d in docs)
+    want_kinds = sorted(["DaemonSet", "ServiceAccount"] + (["Namespace"] if v["namespace"]["create"] else []))
+    check(kinds == want_kinds, f"{name}: mode uninstall renders {kinds}, want {want_kinds} (no monitoring)")
+    check("initContainers" not in spec, f"{name}: mode uninstall has an install container")
+    (c,) = spec["containers"]
+    check(c["name"] == "uninstall" and "readinessProbe" not in c, f"{name}: the uninstall container")
+    check(ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+          f"{name}: mode uninstall must replace every node's pod at once: {ds['spec']['updateStrategy']}")
+    check(ds["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "cni-guard"},
+          f"{name}: the selector changed (a DaemonSet's selector is immutable: the upgrade would fail)")
+    check(c.get("env", []) == v.get("extraEnv", []), f"{name}: uninstall env")
+    img = v["image"]
+    want_image = (f"{img['repository']}@{img['digest']}" if img.get("digest")
+                  else f"{img['repository']}:{img['tag'] or CHART_APP_VERSION}")
+    check(c["image"] == want_image, f"{name}: image {c['image']}")
+    # The same binary and host paths as install's: the DaemonSet's own kustomize overlay runs
+    # the same command (deploy/uninstall).
+    kust = [d for d in load("kustomize-uninstall") if d["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]["containers"][0]
+    check(c["command"] == kust["command"], f"{name}: command {c['command']}, deploy/uninstall runs {kust['command']}")
+    check(c["args"] == ["uninstall", "--bin-dir=/host" + v["binDir"], "--conf-dir=/host" + v["confDir"],
+                        "--conf-name=" + v["confName"], "--stay"], f"{name}: args {c['args']}")
+    vols = {x["name"]: x["hostPath"]["path"] for x in spec["volumes"]}
+    for m in c["volumeMounts"]:
+        check(m["mountPath"] == "/host" + vols[m["name"]] and not m.get("readOnly"), f"{name}: mount {m}")
+
+    # Run it: install (with the guard's own flags) puts the binary and the conflist on a host;
+    # the rendered uninstall command, run by the release binary, removes both and leaves the
+    # delegate alone. --stay is left out (it would wait for SIGTERM).
+    root = os.path.join(work, "host-" + name)
+    for d in [v["binDir"], v["confDir"]]:
+        os.makedirs(root + d, exist_ok=True)
+    conf = os.path.join(root + v["confDir"], v["confName"])
+    delegate = os.path.join(root + v["confDir"], "00-multus.conf")
+    open(delegate, "w").write('{"cniVersion":"1.0.0","name":"multus-cni-network","type":"multus-shim"}')
+    env = {k: x for k, x in os.environ.items() if k != "CNI_COMMAND"}
+    proc = subprocess.run([binary, "install", "--bin-dir=" + root + v["binDir"], "--conf-dir=" + root + v["confDir"],
+                           "--conf-name=" + v["confName"], "--delegate=/etc/cni/net.d/00-multus.conf"],
+                          capture_output=True, text=True, env=env)
+    check(proc.returncode == 0 and os.path.exists(conf), f"{name}: install: {proc.stdout}{proc.stderr}")
+    args = [a.replace("=/host/", "=" + root + "/") for a in c["args"] if a != "--stay"]
+    proc = subprocess.run([binary] + args, capture_output=True, text=True, env=env)
+    check(proc.returncode == 0, f"{name}: {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    check(not os.path.exists(conf), f"{name}: the conflist is still there after uninstall")
+    check(not os.path.exists(os.path.join(root + v["binDir"], "cni-guard")), f"{name}: the binary is still there")
+    check(os.path.exists(delegate), f"{name}: uninstall removed the delegate")
+    print(f"{name}: mode uninstall: one container running `{' '.join(c['args'])}` on every node at once, "
+          f"no monitoring objects; run by the release binary it removed the conflist and the binary, not the delegate")
+
 # --- 5. install and keep agree, for every values file -----------------------------------------
 for name in names + ["base"]:
     v = values(name) if name != "base" else values("default")
@@ -379,6 +446,9 @@ for name in names + ["base"]:
     docs = load("helm-" + name)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
+    if v["mode"] == "uninstall":
+        uninstall_mode(name, v, docs, ds)
+        continue
     (install,) = spec["initContainers"]
     (keep,) = spec["containers"]
     check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{name}: verbs")
@@ -425,7 +495,7 @@ for name in names + ["base"]:
     ports = [p for p in keep.get("ports", []) if p["name"] == "metrics"]
     if v["metrics"]["enabled"]:
         addr = v["metrics"]["address"]
-        host = f"[{addr}]" if ":" in addr else addr
+        host = "$(CNI_GUARD_HOST_IP)" if addr == "hostIP" else f"[{addr}]" if ":" in addr else addr
         check(metrics == [("--metrics-address", f"{host}:{v['metrics']['port']}")],
               f"{name}: keep's --metrics-address is {metrics}")
         check(ports == [{"name": "metrics", "containerPort": v["metrics"]["port"], "protocol": "TCP"}],
@@ -492,9 +562,25 @@ for name in names + ["base"]:
     img = v["image"]
     want_image = (f"{img['repository']}@{img['digest']}" if img.get("digest")
                   else f"{img['repository']}:{img['tag'] or CHART_APP_VERSION}")
+    host_ip = [{"name": "CNI_GUARD_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
     for c in (install, keep):
         check(c["image"] == want_image, f"{name}: {c['name']} image {c['image']}, want {want_image}")
-        check(c.get("env", []) == v.get("extraEnv", []), f"{name}: {c['name']} env {c.get('env')}")
+        want_env = v.get("extraEnv", []) + (host_ip if c is keep and v["metrics"]["enabled"]
+                                            and v["metrics"]["address"] == "hostIP" else [])
+        check(c.get("env", []) == want_env, f"{name}: {c['name']} env {c.get('env')}, want {want_env}")
+    # The dashboard: the chart's JSON as it is, with the sidecar's labels.
+    dashboards = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+    if v["grafanaDashboard"]["enabled"]:
+        (cm,) = dashboards
+        check(cm["data"] == {"cni-guard.json": open(os.path.join(chart, "dashboards/cni-guard.json")).read().rstrip("\n")},
+              f"{name}: the dashboard ConfigMap does not hold dashboards/cni-guard.json")
+        json.loads(cm["data"]["cni-guard.json"])
+        for k, x in v["grafanaDashboard"]["labels"].items():
+            check(cm["metadata"]["labels"].get(k) == x, f"{name}: dashboard label {k}")
+        check(cm["metadata"].get("annotations", {}) == v["grafanaDashboard"].get("annotations", {}),
+              f"{name}: dashboard annotations")
+    else:
+        check(not dashboards, f"{name}: a dashboard without grafanaDashboard.enabled")
     services = [d for d in docs if d["kind"] == "Service"]
     monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
     if v["serviceMonitor"]["enabled"]:
@@ -512,7 +598,7 @@ print("the release binary's install, run with each rendering's flags, writes the
 PY
 
 echo "-- alert"
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set prometheusRule.enabled=true \
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --set prometheusRule.enabled=true \
   --set prometheusRule.for=5m --set prometheusRule.missing.for=10m \
   --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
 mkdir -p "$WORK/alert"
@@ -545,9 +631,9 @@ PY
 
 echo "-- conventions"
 # kubeVersion: what docs/guides/talos-cilium-multus.md's Talos releases run is covered, older is refused.
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.25.0 >/dev/null ||
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --kube-version 1.25.0 >/dev/null ||
   fail "helm template refuses Kubernetes 1.25.0 (kubeVersion)"
-if "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.24.17 >"$WORK/kube.out" 2>&1; then
+if "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --kube-version 1.24.17 >"$WORK/kube.out" 2>&1; then
   fail "helm template accepts Kubernetes 1.24.17 (kubeVersion)"
 fi
 grep -qF "kubeVersion" "$WORK/kube.out" || { cat "$WORK/kube.out" >&2; fail "1.24.17 refused for another reason"; }

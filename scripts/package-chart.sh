@@ -15,7 +15,10 @@
 # it with made-up values and renders the package. Needs helm (HELM, else scripts/setup-helm.sh's)
 # and python3 with PyYAML.
 set -euo pipefail
-[ $# -ge 3 ] && [ $# -le 4 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+if [ $# -lt 3 ] || [ $# -gt 4 ]; then
+  sed -n '2,16p' "$0" >&2
+  exit 2
+fi
 out=$1 repository=$2 digest=$3 runbooks=${4:-}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "${HELM:-}" ]; then
@@ -25,8 +28,10 @@ if [ -z "${HELM:-}" ]; then
 fi
 [ -x "$HELM" ] || { echo "package-chart: no helm at $HELM (scripts/setup-helm.sh builds it)" >&2; exit 1; }
 [[ $digest =~ ^sha256:[0-9a-f]{64}$ ]] || { echo "package-chart: $digest is no sha256:<64 hex> digest" >&2; exit 1; }
-[[ $repository =~ ^[a-z0-9][a-z0-9._/:-]*$ ]] && [[ $repository != *:*/*:* ]] \
-  || { echo "package-chart: $repository is no image repository (REGISTRY/PATH, no tag)" >&2; exit 1; }
+if ! [[ $repository =~ ^[a-z0-9][a-z0-9._/:-]*$ ]] || [[ $repository == *:*/*:* ]]; then
+  echo "package-chart: $repository is no image repository (REGISTRY/PATH, no tag)" >&2
+  exit 1
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The documentation, checked against the code (no root, no network, a few seconds):
-#  1. every `cni-guard COMMAND ... --flag` shown in README.md, docs/**/*.md and the chart's
-#     README.md (code blocks with their `\` continuations joined, and inline code; also
-#     `/cni-guard COMMAND` as run in a pod, and an inline span that starts with `install`,
+#  1. every `cni-guard COMMAND ... --flag` or `cni-guard-agent COMMAND ... --flag` shown in
+#     README.md, SECURITY.md, CONTRIBUTING.md, docs/**/*.md and the chart's README.md (code
+#     blocks with their `\` continuations joined, and inline code; also
+#     `/cni-guard-agent COMMAND` as run in a pod, and an inline span that starts with `install`,
 #     `keep`, `check` or `uninstall` and a flag) names a flag that `cni-guard COMMAND --help` of
 #     the release binary lists; `cni-guard --flag` one that `cni-guard --help` lists; every flag
 #     written alone in backticks in docs/reference/{cli,configuration}.md is some command's;
@@ -16,18 +17,23 @@ cd "$(dirname "$0")/../.."
 
 cargo build --release --locked -p cni-guard
 BIN=${CARGO_TARGET_DIR:-target}/release/cni-guard
+# The binary of the operator commands (install, keep, check, uninstall), which the docs call
+# cni-guard-agent: still the plugin's binary here.
+AGENT_BIN=$BIN
 [ -x "$BIN" ] || { echo "15-docs: FAIL: no binary at $BIN" >&2; exit 1; }
+[ -x "$AGENT_BIN" ] || { echo "15-docs: FAIL: no binary at $AGENT_BIN" >&2; exit 1; }
 
 HELP=$(mktemp -d)
 trap 'rm -rf "$HELP"' EXIT
 "$BIN" --help >"$HELP/top"
 "$BIN" --version >"$HELP/version"
 for cmd in install keep check uninstall; do
-  "$BIN" "$cmd" --help >"$HELP/$cmd"
+  "$AGENT_BIN" "$cmd" --help >"$HELP/$cmd"
 done
 crate=$(sed -n 's/^version = "\(.*\)"$/\1/p' plugin/Cargo.toml)
 
-python3 - "$HELP" "$crate" README.md deploy/helm/cni-guard/README.md $(find docs -name '*.md' | sort) <<'PY'
+python3 - "$HELP" "$crate" README.md SECURITY.md CONTRIBUTING.md deploy/helm/cni-guard/README.md \
+  $(find docs -name '*.md' | sort) <<'PY'
 import os, re, sys
 
 help_dir, crate, files = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -92,11 +98,12 @@ def command_segments(path, lines):
                 if m:
                     yield i + 1, m.group(1), m.group(2)
         for text in texts:
-            # An invocation: the binary (cni-guard, or a path ending in /cni-guard) where a
-            # command starts, not a word inside another command (`kubectl -n cni-guard ...`) or
-            # a value (`--cache-dir=/var/lib/cni/cni-guard --capability=...`).
+            # An invocation: the binary (cni-guard or cni-guard-agent, or a path ending in
+            # /cni-guard or /cni-guard-agent) where a command starts, not a word inside another
+            # command (`kubectl -n cni-guard ...`) or a value (`--cache-dir=/var/lib/cni/cni-guard
+            # --capability=...`).
             for m in re.finditer(r"(?:^\s*|\$\s+|--\s+|&&\s+|;\s*|\|\s*|\(|\bsudo\s+|\bexec\s+)"
-                                 r"(?:[\w.-]*/)*cni-guard +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
+                                 r"(?:[\w.-]*/)*cni-guard(?:-agent)? +(--[a-z-]+|[a-z]+)(?![\w:-])(.*)", text):
                 word, rest = m.group(1), m.group(2)
                 if word.startswith("--"):
                     yield i + 1, None, word + rest
@@ -123,7 +130,7 @@ for path in files:
                     fail(path, lineno, f"`{span}` is a flag of no command (`cni-guard COMMAND --help`)")
     # 3. the version shown
     for lineno, line in enumerate(lines, 1):
-        for v in re.findall(r"cni-guard (\d+\.\d+\.\d+) \(commit", line):
+        for v in re.findall(r"cni-guard(?:-agent)? (\d+\.\d+\.\d+(?:-[\w.]+)?) \(commit", line):
             if v != crate:
                 fail(path, lineno, f"shows version {v}; the crate is {crate}")
     # 2. links

@@ -20,6 +20,11 @@
 #     metadata, placement, pull secrets, digest, update strategy, extra flags and environment
 #     reach the DaemonSet; the ServiceMonitor's Service selects the pods; the README's values
 #     table is what values.yaml says (scripts/helm-docs.sh --check).
+#  8. scripts/package-chart.sh (the release workflow's): the package's defaults are the published
+#     image and runbooks; actionlint (and shellcheck) on .github/workflows;
+#  9. deploy/flux: the Kustomizations' order, the HelmRelease's strategy and values, the Multus
+#     folder's patches over a stand-in of upstream's manifest (a config change restarts Multus);
+# 10. every `helm install` / `helm upgrade` of the chart in README.md and docs/ renders;
 #
 # Needs kubectl (kustomize), python3 with pip, and Go (scripts/setup-helm.sh builds helm and
 # promtool, pinned, once). Under CI=true anything missing is a failure; locally it skips loudly.
@@ -59,8 +64,8 @@ fi
 
 # shellcheck source=../setup-helm.sh
 . scripts/setup-helm.sh --env
-if [ ! -x "$HELM_BIN/helm" ] || [ ! -x "$PROMTOOL_BIN/promtool" ]; then
-  cni_guard_go >/dev/null || missing "no go >= $GO_MIN_VERSION to build helm and promtool (scripts/setup.sh installs it)"
+if [ ! -x "$HELM_BIN/helm" ] || [ ! -x "$PROMTOOL_BIN/promtool" ] || [ ! -x "$ACTIONLINT_BIN/actionlint" ]; then
+  cni_guard_go >/dev/null || missing "no go >= $GO_MIN_VERSION to build helm, promtool and actionlint (scripts/setup.sh installs it)"
 fi
 bash scripts/setup-helm.sh
 HELM=$HELM_BIN/helm
@@ -657,4 +662,218 @@ for want in "kubectl -n $NAMESPACE rollout status daemonset/cni-guard" \
 done
 echo "NOTES.txt: rollout status, check, keep's log, the monitor and the alerts"
 bash scripts/helm-docs.sh --check
+
+echo "-- release package"
+# scripts/package-chart.sh as the release workflow runs it: the package's defaults are the
+# published image (by digest) and a runbook address that resolves; it renders with no values.
+RELEASE_DIGEST=sha256:89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567
+package=$(HELM=$HELM bash scripts/package-chart.sh "$WORK/package" registry.invalid/platform/cni-guard \
+  "$RELEASE_DIGEST" https://docs.example.invalid/cni-guard/runbooks.md)
+chart_version=$(sed -n 's/^version: //p' "$CHART/Chart.yaml")
+[ "$package" = "$WORK/package/cni-guard-$chart_version.tgz" ] || fail "package-chart.sh wrote $package"
+"$HELM" template cni-guard "$package" -n "$NAMESPACE" --set prometheusRule.enabled=true >"$WORK/package.yaml"
+grep -qF "image: registry.invalid/platform/cni-guard@$RELEASE_DIGEST" "$WORK/package.yaml" ||
+  fail "the packaged chart's default image is not the published one"
+grep -qF 'runbook_url: "https://docs.example.invalid/cni-guard/runbooks.md#cniguardrefusingpods"' "$WORK/package.yaml" ||
+  fail "the packaged chart's runbook_url is not the release's"
+mkdir -p "$WORK/unpacked"
+tar -xzf "$package" -C "$WORK/unpacked"
+bash -c 'CHART=$1 exec bash scripts/helm-docs.sh --check' _ "$WORK/unpacked/cni-guard" >/dev/null ||
+  fail "the packaged chart's README values table is not its values.yaml"
+[ -s "$WORK/unpacked/cni-guard/dashboards/cni-guard.json" ] || fail "the package has no dashboard"
+if HELM=$HELM bash scripts/package-chart.sh "$WORK/package-bad" registry.invalid/cni-guard sha256:abc >/dev/null 2>&1; then
+  fail "package-chart.sh took a digest that is no sha256:<64 hex>"
+fi
+echo "package-chart.sh: cni-guard-$chart_version.tgz renders registry.invalid/platform/cni-guard@${RELEASE_DIGEST:0:19}... and the release's runbooks with no values; a bad digest is refused"
+
+echo "-- release workflow"
+# actionlint (built like helm, pinned) on every workflow, with shellcheck on their run: scripts.
+SHELLCHECK=$(command -v shellcheck || true)
+if [ -z "$SHELLCHECK" ]; then
+  if [ "${CI:-}" = true ]; then fail "shellcheck is not installed (scripts/setup.sh installs it)"; fi
+  echo "45-helm: NOTE: shellcheck is not installed: actionlint checks the workflows without it" >&2
+fi
+"$ACTIONLINT_BIN/actionlint" -shellcheck="$SHELLCHECK" -pyflakes= .github/workflows/*.yml ||
+  fail "actionlint found problems in .github/workflows (above)"
+workflows=(.github/workflows/*.yml)
+echo "actionlint $ACTIONLINT_VERSION${SHELLCHECK:+ (with shellcheck)}: ${workflows[*]} clean"
+
+echo "-- flux"
+# deploy/flux: the order of the Kustomizations, the HelmRelease's values against the chart (its
+# schema, by rendering them), and the Multus folder's patches over a stand-in of upstream's
+# thick manifest that has the objects and fields they touch.
+kubectl kustomize deploy/flux/cni-guard >"$WORK/flux-cni-guard.yaml"
+python3 - "$WORK" <<'PY'
+import sys, yaml
+work = sys.argv[1]
+def fail(msg):
+    sys.exit("45-helm: FAIL: flux: " + msg)
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(f"{work}/flux-cni-guard.yaml")) if d}
+ks = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(open("deploy/flux/kustomizations.yaml")) if d}
+deps = lambda n: sorted(x["name"] for x in ks[n].get("dependsOn", []))
+if deps("cni-guard") != ["cilium", "multus"] or deps("multus") != ["cilium"]:
+    fail(f"order: cni-guard depends on {deps('cni-guard')}, multus on {deps('multus')}")
+if not (ks["multus"].get("wait") and ks["cilium"].get("wait")):
+    fail("the multus and cilium Kustomizations must wait for their objects to be Ready")
+hr, src = docs["HelmRelease"], docs["OCIRepository"]
+if hr["spec"]["chartRef"] != {"kind": "OCIRepository", "name": src["metadata"]["name"]} or \
+        src["metadata"]["namespace"] != hr["metadata"]["namespace"]:
+    fail("the HelmRelease does not use the OCIRepository beside it")
+for action in ("install", "upgrade"):
+    if hr["spec"][action]["strategy"]["name"] != "RetryOnFailure" or "remediation" in hr["spec"][action]:
+        fail(f"{action}: strategy {hr['spec'][action]}, want RetryOnFailure (no uninstall between attempts)")
+if docs["Namespace"]["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") != "privileged":
+    fail("the namespace is not privileged")
+yaml.safe_dump(hr["spec"]["values"], open(f"{work}/flux-values.yaml", "w"))
+print("deploy/flux: cilium, then multus (both waited for), then cni-guard; RetryOnFailure for install and upgrade")
+PY
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" -f "$WORK/flux-values.yaml" "${IMAGE_SET[@]}" >"$WORK/flux-render.yaml" ||
+  fail "the HelmRelease's values do not render with the chart (above)"
+for kind in DaemonSet PodMonitor PrometheusRule ConfigMap; do
+  grep -q "^kind: $kind$" "$WORK/flux-render.yaml" || fail "the HelmRelease's values render no $kind"
+done
+echo "deploy/flux/cni-guard/helmrelease.yaml: its values pass the schema and render the DaemonSet, PodMonitor, PrometheusRule, dashboard"
+mkdir -p "$WORK/multus"
+cp deploy/flux/multus/* "$WORK/multus/"
+cat >"$WORK/multus/multus-daemonset-thick.yml" <<'YAML'
+# A stand-in of upstream's deployments/multus-daemonset-thick.yml (v4.3.0): the names the
+# patches of deploy/flux/multus touch.
+kind: ConfigMap
+apiVersion: v1
+metadata:
+  name: multus-daemon-config
+  namespace: kube-system
+data:
+  daemon-config.json: |
+    {"cniConfigDir": "/host/etc/cni/net.d", "multusAutoconfigDir": "/host/etc/cni/net.d"}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-multus-ds
+  namespace: kube-system
+spec:
+  selector:
+    matchLabels:
+      name: multus
+  template:
+    metadata:
+      labels:
+        name: multus
+    spec:
+      containers:
+        - name: kube-multus
+          image: multus-thick
+          volumeMounts:
+            - name: host-run-netns
+              mountPath: /run/netns
+              mountPropagation: HostToContainer
+            - name: multus-daemon-config
+              mountPath: /etc/cni/net.d/multus.d
+              readOnly: true
+      initContainers:
+        - name: install-multus-binary
+          image: multus-thick
+          command: ["cp", "/usr/src/multus-cni/bin/multus-shim", "/host/opt/cni/bin/multus-shim"]
+      volumes:
+        - name: multus-daemon-config
+          configMap:
+            name: multus-daemon-config
+            items:
+              - key: daemon-config.json
+                path: daemon-config.json
+        - name: host-run-netns
+          hostPath:
+            path: /run/netns/
+YAML
+kubectl kustomize "$WORK/multus" >"$WORK/multus-1.yaml"
+sed -i 's/"logLevel": "verbose"/"logLevel": "debug"/' "$WORK/multus/daemon-config.json"
+kubectl kustomize "$WORK/multus" >"$WORK/multus-2.yaml"
+python3 - "$WORK" <<'PY'
+import json, sys, yaml
+work = sys.argv[1]
+def fail(msg):
+    sys.exit("45-helm: FAIL: flux multus: " + msg)
+def load(n):
+    docs = [d for d in yaml.safe_load_all(open(f"{work}/multus-{n}.yaml")) if d]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    return cm, ds
+cm, ds = load(1)
+name = cm["metadata"]["name"]
+if not name.startswith("multus-daemon-config-layout-") or name == "multus-daemon-config-layout-":
+    fail(f"the daemon config's ConfigMap is {name}: no hash of its content")
+conf = json.loads(cm["data"]["daemon-config.json"])
+if conf["multusAutoconfigDir"] != "/etc/cni/multus/net.d" or conf["cniConfigDir"] != "/host/etc/cni/net.d":
+    fail(f"daemon-config.json: {conf}")
+spec = ds["spec"]["template"]["spec"]
+vols = {v["name"]: v for v in spec["volumes"]}
+if vols["multus-daemon-config"]["configMap"]["name"] != name or "items" not in vols["multus-daemon-config"]["configMap"]:
+    fail(f"the DaemonSet mounts {vols['multus-daemon-config']}, not {name}")
+if vols["host-run-netns"]["hostPath"]["path"] != "/var/run/netns/":
+    fail("host-run-netns is not /var/run/netns/ (Talos)")
+(init,) = spec["initContainers"]
+if init["command"][0] != "/usr/src/multus-cni/bin/install_multus" or init.get("image") != "multus-thick":
+    fail(f"install-multus-binary: {init}")
+cm2, ds2 = load(2)
+if cm2["metadata"]["name"] == name or ds2["spec"]["template"] == ds["spec"]["template"]:
+    fail("a change of daemon-config.json does not change the DaemonSet's pod template (no restart)")
+print(f"deploy/flux/multus: daemon config in {name} (multusAutoconfigDir /etc/cni/multus/net.d), "
+      "upstream's ConfigMap dropped, host-run-netns /var/run/netns/, install_multus; "
+      "a change of daemon-config.json changes the pod template (every Multus restarts)")
+PY
+
+echo "-- helm commands of the docs"
+# Every `helm install` / `helm upgrade` of this chart shown in README.md and docs/ (code blocks,
+# `\` continuations joined), placeholders filled in, must render with `helm template`: its
+# values exist (the schema refuses unknown keys) and its image is set.
+# shellcheck disable=SC2046 # the docs' paths have no spaces
+python3 - "$WORK" README.md $(find docs -name '*.md' | sort) <<'PY' >"$WORK/doc-commands.txt"
+import re, shlex, sys
+work, files = sys.argv[1], sys.argv[2:]
+PLACEHOLDERS = {"REGISTRY": "registry.invalid", "sha256:DIGEST": "sha256:" + "ab" * 32,
+                "DIGEST": "sha256:" + "ab" * 32, "VERSION": "0.0.1"}
+for path in files:
+    lines = open(path).read().splitlines()
+    in_code, i = False, 0
+    while i < len(lines):
+        line = lines[i]
+        if re.match(r"^\s*(```|~~~)", line):
+            in_code = not in_code
+        elif in_code and re.match(r"^\s*helm (install|upgrade) ", line):
+            start, text = i, line
+            while text.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = text.rstrip()[:-1] + " " + lines[i]
+            text = text.split(" #")[0]
+            for k, v in PLACEHOLDERS.items():
+                text = text.replace(k, v)
+            print(f"{path}:{start + 1}\t{text.strip()}")
+        i += 1
+PY
+checked=0
+while IFS=$'\t' read -r where cmd; do
+  read -ra words <<<"$cmd"
+  # helm install|upgrade NAME CHART ARGS... -> helm template NAME deploy/helm/cni-guard ARGS...
+  # The reader's own values (-f FILE, --reuse-values) cannot be checked: they are taken to hold
+  # the image, and the --set flags shown are checked on top of it.
+  args=() own=
+  set -- "${words[@]:4}"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --install | --wait | --atomic | --take-ownership | --dry-run*) ;;
+      --reuse-values) own=1 ;;
+      -f | --values) own=1; shift ;;
+      *) args+=("$1") ;;
+    esac
+    shift
+  done
+  [ -z "$own" ] || args=("${IMAGE_SET[@]}" "${args[@]}")
+  [ "${words[3]}" = deploy/helm/cni-guard ] || fail "$where: helm ${words[1]} of ${words[3]}, not the chart (deploy/helm/cni-guard)"
+  eval "\"\$HELM\" template cni-guard \"\$CHART\" ${args[*]}" >"$WORK/doc-command.yaml" 2>"$WORK/doc-command.err" ||
+    { cat "$WORK/doc-command.err" >&2; fail "$where: \`$cmd\` does not render"; }
+  checked=$((checked + 1))
+done <"$WORK/doc-commands.txt"
+[ "$checked" -gt 0 ] || fail "no helm install or upgrade found in the docs"
+echo "$checked helm install/upgrade commands of README.md and docs/ render with helm template"
 echo "45-helm: all checks passed"

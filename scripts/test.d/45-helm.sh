@@ -697,6 +697,62 @@ fi
   fail "actionlint found problems in .github/workflows (above)"
 workflows=(.github/workflows/*.yml)
 echo "actionlint $ACTIONLINT_VERSION${SHELLCHECK:+ (with shellcheck)}: ${workflows[*]} clean"
+# The release builds with the tools the tests use.
+python3 - .github/workflows/release.yml "$GO_MIN_VERSION" "$HELM_VERSION" "$CRANE_VERSION" <<'PY'
+import sys, yaml
+env = yaml.safe_load(open(sys.argv[1]))["env"]
+want = dict(zip(["GO_VERSION", "HELM_VERSION", "CRANE_VERSION"], sys.argv[2:]))
+got = {k: str(env.get(k)) for k in want}
+if got != want:
+    sys.exit(f"45-helm: FAIL: release.yml pins {got}, scripts/versions.sh and setup-helm.sh {want}")
+print(f"release.yml builds with go {want['GO_VERSION']}, helm {want['HELM_VERSION']}, crane {want['CRANE_VERSION']}, as the tests")
+PY
+
+echo "-- release push"
+# The release's push, against a registry of the test's own (crane registry serve, in a network
+# namespace made and removed here): crane push of an image layout keeps the digest
+# build-image.sh printed, and the chart pushed with helm push renders from oci:// with that
+# image as its default. Needs root (the namespace).
+if [ "$(id -u)" != 0 ]; then
+  [ "${CI:-}" != true ] || fail "the release push needs root (a network namespace)"
+  echo "45-helm: SKIPPED: the release push (needs root for its network namespace)" >&2
+else
+  NETNS=cg-helm-p$$-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+  ip netns add "$NETNS"
+  cleanup() {
+    [ -z "${REGISTRY_PID:-}" ] || kill "$REGISTRY_PID" 2>/dev/null || true
+    ip netns del "$NETNS" 2>/dev/null || true
+    rm -rf "$WORK"
+  }
+  ip netns exec "$NETNS" ip link set lo up
+  ip netns exec "$NETNS" "$CRANE_BIN/crane" registry serve --address 127.0.0.1:5000 >"$WORK/registry.log" 2>&1 &
+  REGISTRY_PID=$!
+  in_ns() { ip netns exec "$NETNS" "$@"; }
+  for _ in $(seq 50); do
+    in_ns "$CRANE_BIN/crane" catalog --insecure 127.0.0.1:5000 >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  in_ns "$CRANE_BIN/crane" catalog --insecure 127.0.0.1:5000 >/dev/null || { cat "$WORK/registry.log" >&2; fail "the test registry did not start"; }
+  bash scripts/build-image.sh guard "$WORK/guard.tar" "$BIN" 127.0.0.1:5000/cni-guard:test >"$WORK/build-image.out"
+  built=$(sed -n 's/.*(manifest \(sha256:[0-9a-f]*\))$/\1/p' "$WORK/build-image.out")
+  mkdir -p "$WORK/layout"
+  tar -xf "$WORK/guard.tar" -C "$WORK/layout"
+  pushed=$(in_ns "$CRANE_BIN/crane" push --insecure "$WORK/layout" 127.0.0.1:5000/cni-guard:test 2>"$WORK/push.err")
+  if [ -z "$built" ] || [ "${pushed##*@}" != "$built" ]; then
+    fail "crane push printed $pushed; build-image.sh built $built"
+  fi
+  [ "$(in_ns "$CRANE_BIN/crane" digest --insecure 127.0.0.1:5000/cni-guard:test)" = "$built" ] || fail "the registry holds another digest"
+  package=$(HELM=$HELM bash scripts/package-chart.sh "$WORK/push" 127.0.0.1:5000/cni-guard "$built")
+  in_ns "$HELM" push "$package" oci://127.0.0.1:5000/charts --plain-http >"$WORK/helm-push.out" 2>&1 ||
+    { cat "$WORK/helm-push.out" >&2; fail "helm push"; }
+  chart_digest=$(sed -n 's/^Digest: //p' "$WORK/helm-push.out")
+  [[ $chart_digest =~ ^sha256:[0-9a-f]{64}$ ]] || { cat "$WORK/helm-push.out" >&2; fail "helm push printed no digest (the workflow signs it)"; }
+  in_ns "$HELM" template cni-guard oci://127.0.0.1:5000/charts/cni-guard --version "$chart_version" --plain-http \
+    -n "$NAMESPACE" >"$WORK/oci.yaml" 2>"$WORK/oci.err"
+  [ "$(grep -c "image: 127.0.0.1:5000/cni-guard@$built" "$WORK/oci.yaml")" = 2 ] ||
+    fail "the chart from oci:// does not default to the pushed image"
+  echo "release push: crane push kept ${built:0:19}...; helm push gave ${chart_digest:0:19}...; the chart from oci:// runs the pushed image by digest"
+fi
 
 echo "-- flux"
 # deploy/flux: the order of the Kustomizations, the HelmRelease's values against the chart (its

@@ -46,6 +46,7 @@ PACKAGES=(
   golang-go golang-github-appc-cni-dev dpkg-dev # building cnitool from source
   containerd runc busybox-static                # the containerd suites
   hyperfine                                     # the latency measurements
+  shellcheck                                    # actionlint checks the workflows' run: scripts with it (45-helm.sh)
   clang-19 llvm-19 ipset                        # the Cilium agent's datapath (CLUSTER_PRIMARY=cilium)
 )
 CNITOOL=${CNITOOL:-/usr/local/bin/cnitool}

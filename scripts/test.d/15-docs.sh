@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The documentation, checked against the code (no root, no network, a few seconds):
-#  1. every `cni-guard-agent COMMAND ... --flag` shown in README.md, docs/**/*.md and the
-#     chart's README.md (code blocks with their `\` continuations joined, and inline code; also
+#  1. every `cni-guard-agent COMMAND ... --flag` shown in README.md, SECURITY.md,
+#     CONTRIBUTING.md, docs/**/*.md and the chart's README.md (code blocks with their `\` continuations joined, and inline code; also
 #     `/cni-guard-agent COMMAND` as run in a pod, and an inline span that starts with `install`,
 #     `keep`, `check` or `uninstall` and a flag) names a flag that `cni-guard-agent COMMAND
 #     --help` of the release binary lists; `cni-guard-agent --flag` one that
@@ -29,7 +29,8 @@ for cmd in install keep check uninstall; do
 done
 crate=$(sed -n 's/^version = "\(.*\)"$/\1/p' plugin/Cargo.toml)
 
-python3 - "$HELP" "$crate" README.md deploy/helm/cni-guard/README.md $(find docs -name '*.md' | sort) <<'PY'
+python3 - "$HELP" "$crate" README.md SECURITY.md CONTRIBUTING.md deploy/helm/cni-guard/README.md \
+  $(find docs -name '*.md' | sort) <<'PY'
 import os, re, sys
 
 help_dir, crate, files = sys.argv[1], sys.argv[2], sys.argv[3:]

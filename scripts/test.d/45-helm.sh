@@ -20,6 +20,11 @@
 #     metadata, placement, pull secrets, digest, update strategy, extra flags and environment
 #     reach the DaemonSet; the ServiceMonitor's Service selects the pods; the README's values
 #     table is what values.yaml says (scripts/helm-docs.sh --check).
+#  8. scripts/package-chart.sh (the release workflow's): the package's defaults are the published
+#     image and runbooks; actionlint (and shellcheck) on .github/workflows;
+#  9. deploy/flux: the Kustomizations' order, the HelmRelease's strategy and values, the Multus
+#     folder's patches over a stand-in of upstream's manifest (a config change restarts Multus);
+# 10. every `helm install` / `helm upgrade` of the chart in README.md and docs/ renders;
 #
 # Needs kubectl (kustomize), python3 with pip, and Go (scripts/setup-helm.sh builds helm and
 # promtool, pinned, once). Under CI=true anything missing is a failure; locally it skips loudly.
@@ -59,8 +64,8 @@ fi
 
 # shellcheck source=../setup-helm.sh
 . scripts/setup-helm.sh --env
-if [ ! -x "$HELM_BIN/helm" ] || [ ! -x "$PROMTOOL_BIN/promtool" ]; then
-  cni_guard_go >/dev/null || missing "no go >= $GO_MIN_VERSION to build helm and promtool (scripts/setup.sh installs it)"
+if [ ! -x "$HELM_BIN/helm" ] || [ ! -x "$PROMTOOL_BIN/promtool" ] || [ ! -x "$ACTIONLINT_BIN/actionlint" ]; then
+  cni_guard_go >/dev/null || missing "no go >= $GO_MIN_VERSION to build helm, promtool and actionlint (scripts/setup.sh installs it)"
 fi
 bash scripts/setup-helm.sh
 HELM=$HELM_BIN/helm
@@ -77,7 +82,9 @@ trap cleanup EXIT
 # helm keeps no state between runs and never reads the user's repositories or plugins.
 export HELM_CONFIG_HOME=$WORK/helm/config HELM_CACHE_HOME=$WORK/helm/cache HELM_DATA_HOME=$WORK/helm/data
 
-# The values files: the defaults, and each file in ci/.
+# The values files: the defaults (with an image: the chart has none by default), and each file
+# in ci/.
+IMAGE_SET=(--set image.repository=cni-guard)
 VALUES=(default)
 for f in "$CHART"/ci/*-values.yaml; do
   name=$(basename "$f" -values.yaml)
@@ -86,6 +93,8 @@ done
 values_args() {
   if [ "$1" != default ]; then
     echo "-f $CHART/ci/$1-values.yaml"
+  else
+    echo "${IMAGE_SET[*]}"
   fi
 }
 
@@ -105,8 +114,8 @@ for v in "${VALUES[@]}"; do
 done
 # deploy/base's counterpart: the default values with the Namespace.
 "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set namespace.create=true \
-  --set delegateWriter=null >"$WORK/helm-base.yaml"
-for overlay in base multus-cilium; do
+  --set delegateWriter=null "${IMAGE_SET[@]}" >"$WORK/helm-base.yaml"
+for overlay in base multus-cilium uninstall; do
   kubectl kustomize "deploy/$overlay" >"$WORK/kustomize-$overlay.yaml"
 done
 
@@ -264,16 +273,26 @@ rejects=(
   "--set delegateTimeoutSeconds=90 --set kubeletRuntimeRequestTimeoutSeconds=60|DEL may take 140 s"
   "--set waitSeconds=600|ADD may take 650 s (lockWaitSeconds 10 + waitSeconds 600 + delegateTimeoutSeconds 40), past kubelet's 240 s RunPodSandbox deadline"
   "--set kubeletRuntimeRequestTimeoutSeconds=0|/kubeletRuntimeRequestTimeoutSeconds"
+  "--set mode=remove|/mode"
+  "--set metrics.address=host-ip|/metrics/address"
+  "--set grafanaDashboard.enabled=yes|'/grafanaDashboard/enabled': got string, want boolean"
+  "--set grafanaDashboard.labels.grafana_dashboard=1|'/grafanaDashboard/labels/grafana_dashboard': got number, want string"
+  # No image by default: the chart refuses to render, saying what to do, in both modes.
+  "--set mode=guard|image.repository is not set: this chart has no default image"
+  "--set mode=uninstall|image.repository is not set: this chart has no default image"
+  "--set image.tag=0.2.0|image.repository is not set: this chart has no default image"
 )
 for case in "${rejects[@]}"; do
   args=${case%%|*}
   want=${case#*|}
+  # Every case but the image's own has an image, so that it fails for its own reason.
+  case $want in *"image.repository is not set"*) ;; *) args="${IMAGE_SET[*]} $args" ;; esac
   if eval "\"\$HELM\" template cni-guard \"\$CHART\" -n \"\$NAMESPACE\" $args" >"$WORK/reject.out" 2>&1; then
     fail "helm template accepted $args"
   fi
   grep -qF -- "$want" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: the error does not say $want"; }
   case $want in
-    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"* | *" may take "*) ;;
+    *"Monitor.enabled needs"* | *"choose one"* | *"is in a folder directly in /"* | *"the chart mounts and probes"* | *" may take "* | *"image.repository is not set"*) ;;
     *) grep -qF -- "$SCHEMA_ERROR" "$WORK/reject.out" || { cat "$WORK/reject.out" >&2; fail "$args: not refused by the schema"; } ;;
   esac
   echo "rejected: $args ($want)"
@@ -307,6 +326,8 @@ def values(name):
                 a[k] = merge(a.get(k, {}), x) if isinstance(x, dict) and isinstance(a.get(k), dict) else x
             return a
         merge(v, over)
+    else:
+        v["image"]["repository"] = "cni-guard"  # IMAGE_SET: the chart has no default image
     return v
 
 # --- 2. the chart renders what kustomize renders ---------------------------------------------
@@ -375,6 +396,57 @@ ds = lambda name: normalise([d for d in load(name) if d["kind"] == "DaemonSet"][
 check(ds("helm-multus-cilium") != ds("kustomize-base"), "the comparison cannot tell base from multus-cilium")
 print("the comparison tells deploy/base from deploy/multus-cilium")
 
+# --- 5b. mode uninstall: each node's pod removes what install put there ----------------------
+def uninstall_mode(name, v, docs, ds):
+    spec = ds["spec"]["template"]["spec"]
+    kinds = sorted(d["kind"] for d in docs)
+    want_kinds = sorted(["DaemonSet", "ServiceAccount"] + (["Namespace"] if v["namespace"]["create"] else []))
+    check(kinds == want_kinds, f"{name}: mode uninstall renders {kinds}, want {want_kinds} (no monitoring)")
+    check("initContainers" not in spec, f"{name}: mode uninstall has an install container")
+    (c,) = spec["containers"]
+    check(c["name"] == "uninstall" and "readinessProbe" not in c, f"{name}: the uninstall container")
+    check(ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+          f"{name}: mode uninstall must replace every node's pod at once: {ds['spec']['updateStrategy']}")
+    check(ds["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "cni-guard"},
+          f"{name}: the selector changed (a DaemonSet's selector is immutable: the upgrade would fail)")
+    check(c.get("env", []) == v.get("extraEnv", []), f"{name}: uninstall env")
+    img = v["image"]
+    want_image = (f"{img['repository']}@{img['digest']}" if img.get("digest")
+                  else f"{img['repository']}:{img['tag'] or CHART_APP_VERSION}")
+    check(c["image"] == want_image, f"{name}: image {c['image']}")
+    # The same binary and host paths as install's: the DaemonSet's own kustomize overlay runs
+    # the same command (deploy/uninstall).
+    kust = [d for d in load("kustomize-uninstall") if d["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]["containers"][0]
+    check(c["command"] == kust["command"], f"{name}: command {c['command']}, deploy/uninstall runs {kust['command']}")
+    check(c["args"] == ["uninstall", "--bin-dir=/host" + v["binDir"], "--conf-dir=/host" + v["confDir"],
+                        "--conf-name=" + v["confName"], "--stay"], f"{name}: args {c['args']}")
+    vols = {x["name"]: x["hostPath"]["path"] for x in spec["volumes"]}
+    for m in c["volumeMounts"]:
+        check(m["mountPath"] == "/host" + vols[m["name"]] and not m.get("readOnly"), f"{name}: mount {m}")
+
+    # Run it: install (with the guard's own flags) puts the binary and the conflist on a host;
+    # the rendered uninstall command, run by the release binary, removes both and leaves the
+    # delegate alone. --stay is left out (it would wait for SIGTERM).
+    root = os.path.join(work, "host-" + name)
+    for d in [v["binDir"], v["confDir"]]:
+        os.makedirs(root + d, exist_ok=True)
+    conf = os.path.join(root + v["confDir"], v["confName"])
+    delegate = os.path.join(root + v["confDir"], "00-multus.conf")
+    open(delegate, "w").write('{"cniVersion":"1.0.0","name":"multus-cni-network","type":"multus-shim"}')
+    env = {k: x for k, x in os.environ.items() if k != "CNI_COMMAND"}
+    proc = subprocess.run([binary, "install", "--bin-dir=" + root + v["binDir"], "--conf-dir=" + root + v["confDir"],
+                           "--conf-name=" + v["confName"], "--delegate=/etc/cni/net.d/00-multus.conf"],
+                          capture_output=True, text=True, env=env)
+    check(proc.returncode == 0 and os.path.exists(conf), f"{name}: install: {proc.stdout}{proc.stderr}")
+    args = [a.replace("=/host/", "=" + root + "/") for a in c["args"] if a != "--stay"]
+    proc = subprocess.run([binary] + args, capture_output=True, text=True, env=env)
+    check(proc.returncode == 0, f"{name}: {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    check(not os.path.exists(conf), f"{name}: the conflist is still there after uninstall")
+    check(not os.path.exists(os.path.join(root + v["binDir"], "cni-guard")), f"{name}: the binary is still there")
+    check(os.path.exists(delegate), f"{name}: uninstall removed the delegate")
+    print(f"{name}: mode uninstall: one container running `{' '.join(c['args'])}` on every node at once, "
+          f"no monitoring objects; run by the release binary it removed the conflist and the binary, not the delegate")
+
 # --- 5. install and keep agree, for every values file -----------------------------------------
 for name in names + ["base"]:
     v = values(name) if name != "base" else values("default")
@@ -383,6 +455,9 @@ for name in names + ["base"]:
     docs = load("helm-" + name)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
+    if v["mode"] == "uninstall":
+        uninstall_mode(name, v, docs, ds)
+        continue
     (install,) = spec["initContainers"]
     (keep,) = spec["containers"]
     check(install["args"][0] == "install" and keep["args"][0] == "keep", f"{name}: verbs")
@@ -430,7 +505,7 @@ for name in names + ["base"]:
     ports = [p for p in keep.get("ports", []) if p["name"] == "metrics"]
     if v["metrics"]["enabled"]:
         addr = v["metrics"]["address"]
-        host = f"[{addr}]" if ":" in addr else addr
+        host = "$(CNI_GUARD_HOST_IP)" if addr == "hostIP" else f"[{addr}]" if ":" in addr else addr
         check(metrics == [("--metrics-address", f"{host}:{v['metrics']['port']}")],
               f"{name}: keep's --metrics-address is {metrics}")
         check(ports == [{"name": "metrics", "containerPort": v["metrics"]["port"], "protocol": "TCP"}],
@@ -498,9 +573,25 @@ for name in names + ["base"]:
     img = v["image"]
     want_image = (f"{img['repository']}@{img['digest']}" if img.get("digest")
                   else f"{img['repository']}:{img['tag'] or CHART_APP_VERSION}")
+    host_ip = [{"name": "CNI_GUARD_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
     for c in (install, keep):
         check(c["image"] == want_image, f"{name}: {c['name']} image {c['image']}, want {want_image}")
-        check(c.get("env", []) == v.get("extraEnv", []), f"{name}: {c['name']} env {c.get('env')}")
+        want_env = v.get("extraEnv", []) + (host_ip if c is keep and v["metrics"]["enabled"]
+                                            and v["metrics"]["address"] == "hostIP" else [])
+        check(c.get("env", []) == want_env, f"{name}: {c['name']} env {c.get('env')}, want {want_env}")
+    # The dashboard: the chart's JSON as it is, with the sidecar's labels.
+    dashboards = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+    if v["grafanaDashboard"]["enabled"]:
+        (cm,) = dashboards
+        check(cm["data"] == {"cni-guard.json": open(os.path.join(chart, "dashboards/cni-guard.json")).read().rstrip("\n")},
+              f"{name}: the dashboard ConfigMap does not hold dashboards/cni-guard.json")
+        json.loads(cm["data"]["cni-guard.json"])
+        for k, x in v["grafanaDashboard"]["labels"].items():
+            check(cm["metadata"]["labels"].get(k) == x, f"{name}: dashboard label {k}")
+        check(cm["metadata"].get("annotations", {}) == v["grafanaDashboard"].get("annotations", {}),
+              f"{name}: dashboard annotations")
+    else:
+        check(not dashboards, f"{name}: a dashboard without grafanaDashboard.enabled")
     services = [d for d in docs if d["kind"] == "Service"]
     monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
     if v["serviceMonitor"]["enabled"]:
@@ -518,7 +609,7 @@ print("the release agent's install, run with each rendering's flags, writes the 
 PY
 
 echo "-- alert"
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --set prometheusRule.enabled=true \
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --set prometheusRule.enabled=true \
   --set prometheusRule.for=5m --set prometheusRule.missing.for=10m \
   --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
 mkdir -p "$WORK/alert"
@@ -551,9 +642,9 @@ PY
 
 echo "-- conventions"
 # kubeVersion: what docs/guides/talos-cilium-multus.md's Talos releases run is covered, older is refused.
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.25.0 >/dev/null ||
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --kube-version 1.25.0 >/dev/null ||
   fail "helm template refuses Kubernetes 1.25.0 (kubeVersion)"
-if "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" --kube-version 1.24.17 >"$WORK/kube.out" 2>&1; then
+if "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --kube-version 1.24.17 >"$WORK/kube.out" 2>&1; then
   fail "helm template accepts Kubernetes 1.24.17 (kubeVersion)"
 fi
 grep -qF "kubeVersion" "$WORK/kube.out" || { cat "$WORK/kube.out" >&2; fail "1.24.17 refused for another reason"; }
@@ -577,4 +668,274 @@ for want in "kubectl -n $NAMESPACE rollout status daemonset/cni-guard" \
 done
 echo "NOTES.txt: rollout status, check, keep's log, the monitor and the alerts"
 bash scripts/helm-docs.sh --check
+
+echo "-- release package"
+# scripts/package-chart.sh as the release workflow runs it: the package's defaults are the
+# published image (by digest) and a runbook address that resolves; it renders with no values.
+RELEASE_DIGEST=sha256:89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567
+package=$(HELM=$HELM bash scripts/package-chart.sh "$WORK/package" registry.invalid/platform/cni-guard \
+  "$RELEASE_DIGEST" https://docs.example.invalid/cni-guard/runbooks.md)
+chart_version=$(sed -n 's/^version: //p' "$CHART/Chart.yaml")
+[ "$package" = "$WORK/package/cni-guard-$chart_version.tgz" ] || fail "package-chart.sh wrote $package"
+"$HELM" template cni-guard "$package" -n "$NAMESPACE" --set prometheusRule.enabled=true >"$WORK/package.yaml"
+grep -qF "image: registry.invalid/platform/cni-guard@$RELEASE_DIGEST" "$WORK/package.yaml" ||
+  fail "the packaged chart's default image is not the published one"
+grep -qF 'runbook_url: "https://docs.example.invalid/cni-guard/runbooks.md#cniguardrefusingpods"' "$WORK/package.yaml" ||
+  fail "the packaged chart's runbook_url is not the release's"
+mkdir -p "$WORK/unpacked"
+tar -xzf "$package" -C "$WORK/unpacked"
+bash -c 'CHART=$1 exec bash scripts/helm-docs.sh --check' _ "$WORK/unpacked/cni-guard" >/dev/null ||
+  fail "the packaged chart's README values table is not its values.yaml"
+[ -s "$WORK/unpacked/cni-guard/dashboards/cni-guard.json" ] || fail "the package has no dashboard"
+if HELM=$HELM bash scripts/package-chart.sh "$WORK/package-bad" registry.invalid/cni-guard sha256:abc >/dev/null 2>&1; then
+  fail "package-chart.sh took a digest that is no sha256:<64 hex>"
+fi
+echo "package-chart.sh: cni-guard-$chart_version.tgz renders registry.invalid/platform/cni-guard@${RELEASE_DIGEST:0:19}... and the release's runbooks with no values; a bad digest is refused"
+
+echo "-- release workflow"
+# actionlint (built like helm, pinned) on every workflow, with shellcheck on their run: scripts.
+SHELLCHECK=$(command -v shellcheck || true)
+if [ -z "$SHELLCHECK" ]; then
+  if [ "${CI:-}" = true ]; then fail "shellcheck is not installed (scripts/setup.sh installs it)"; fi
+  echo "45-helm: NOTE: shellcheck is not installed: actionlint checks the workflows without it" >&2
+fi
+"$ACTIONLINT_BIN/actionlint" -shellcheck="$SHELLCHECK" -pyflakes= .github/workflows/*.yml ||
+  fail "actionlint found problems in .github/workflows (above)"
+workflows=(.github/workflows/*.yml)
+echo "actionlint $ACTIONLINT_VERSION${SHELLCHECK:+ (with shellcheck)}: ${workflows[*]} clean"
+# The release builds with the tools the tests use.
+python3 - .github/workflows/release.yml "$GO_MIN_VERSION" "$HELM_VERSION" "$CRANE_VERSION" <<'PY'
+import sys, yaml
+env = yaml.safe_load(open(sys.argv[1]))["env"]
+want = dict(zip(["GO_VERSION", "HELM_VERSION", "CRANE_VERSION"], sys.argv[2:]))
+got = {k: str(env.get(k)) for k in want}
+if got != want:
+    sys.exit(f"45-helm: FAIL: release.yml pins {got}, scripts/versions.sh and setup-helm.sh {want}")
+print(f"release.yml builds with go {want['GO_VERSION']}, helm {want['HELM_VERSION']}, crane {want['CRANE_VERSION']}, as the tests")
+PY
+
+echo "-- release push"
+# The release's push, against a registry of the test's own (crane registry serve, in a network
+# namespace made and removed here): crane push of an image layout keeps the digest
+# build-image.sh printed, and the chart pushed with helm push renders from oci:// with that
+# image as its default. Needs root (the namespace).
+if [ "$(id -u)" != 0 ]; then
+  [ "${CI:-}" != true ] || fail "the release push needs root (a network namespace)"
+  echo "45-helm: SKIPPED: the release push (needs root for its network namespace)" >&2
+else
+  NETNS=cg-helm-p$$-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+  ip netns add "$NETNS"
+  cleanup() {
+    [ -z "${REGISTRY_PID:-}" ] || kill "$REGISTRY_PID" 2>/dev/null || true
+    ip netns del "$NETNS" 2>/dev/null || true
+    rm -rf "$WORK"
+  }
+  ip netns exec "$NETNS" ip link set lo up
+  ip netns exec "$NETNS" "$CRANE_BIN/crane" registry serve --address 127.0.0.1:5000 >"$WORK/registry.log" 2>&1 &
+  REGISTRY_PID=$!
+  in_ns() { ip netns exec "$NETNS" "$@"; }
+  for _ in $(seq 50); do
+    in_ns "$CRANE_BIN/crane" catalog --insecure 127.0.0.1:5000 >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  in_ns "$CRANE_BIN/crane" catalog --insecure 127.0.0.1:5000 >/dev/null || { cat "$WORK/registry.log" >&2; fail "the test registry did not start"; }
+  bash scripts/build-image.sh guard "$WORK/guard.tar" "$BIN" 127.0.0.1:5000/cni-guard:test >"$WORK/build-image.out"
+  built=$(sed -n 's/.*(manifest \(sha256:[0-9a-f]*\))$/\1/p' "$WORK/build-image.out")
+  mkdir -p "$WORK/layout"
+  tar -xf "$WORK/guard.tar" -C "$WORK/layout"
+  pushed=$(in_ns "$CRANE_BIN/crane" push --insecure "$WORK/layout" 127.0.0.1:5000/cni-guard:test 2>"$WORK/push.err")
+  if [ -z "$built" ] || [ "${pushed##*@}" != "$built" ]; then
+    fail "crane push printed $pushed; build-image.sh built $built"
+  fi
+  [ "$(in_ns "$CRANE_BIN/crane" digest --insecure 127.0.0.1:5000/cni-guard:test)" = "$built" ] || fail "the registry holds another digest"
+  package=$(HELM=$HELM bash scripts/package-chart.sh "$WORK/push" 127.0.0.1:5000/cni-guard "$built")
+  in_ns "$HELM" push "$package" oci://127.0.0.1:5000/charts --plain-http >"$WORK/helm-push.out" 2>&1 ||
+    { cat "$WORK/helm-push.out" >&2; fail "helm push"; }
+  chart_digest=$(sed -n 's/^Digest: //p' "$WORK/helm-push.out")
+  [[ $chart_digest =~ ^sha256:[0-9a-f]{64}$ ]] || { cat "$WORK/helm-push.out" >&2; fail "helm push printed no digest (the workflow signs it)"; }
+  in_ns "$HELM" template cni-guard oci://127.0.0.1:5000/charts/cni-guard --version "$chart_version" --plain-http \
+    -n "$NAMESPACE" >"$WORK/oci.yaml" 2>"$WORK/oci.err"
+  [ "$(grep -c "image: 127.0.0.1:5000/cni-guard@$built" "$WORK/oci.yaml")" = 2 ] ||
+    fail "the chart from oci:// does not default to the pushed image"
+  echo "release push: crane push kept ${built:0:19}...; helm push gave ${chart_digest:0:19}...; the chart from oci:// runs the pushed image by digest"
+fi
+
+echo "-- flux"
+# deploy/flux: the order of the Kustomizations, the HelmRelease's values against the chart (its
+# schema, by rendering them), and the Multus folder's patches over a stand-in of upstream's
+# thick manifest that has the objects and fields they touch.
+kubectl kustomize deploy/flux/cni-guard >"$WORK/flux-cni-guard.yaml"
+python3 - "$WORK" <<'PY'
+import sys, yaml
+work = sys.argv[1]
+def fail(msg):
+    sys.exit("45-helm: FAIL: flux: " + msg)
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(f"{work}/flux-cni-guard.yaml")) if d}
+ks = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(open("deploy/flux/kustomizations.yaml")) if d}
+deps = lambda n: sorted(x["name"] for x in ks[n].get("dependsOn", []))
+if deps("cni-guard") != ["cilium", "multus"] or deps("multus") != ["cilium"]:
+    fail(f"order: cni-guard depends on {deps('cni-guard')}, multus on {deps('multus')}")
+if not (ks["multus"].get("wait") and ks["cilium"].get("wait")):
+    fail("the multus and cilium Kustomizations must wait for their objects to be Ready")
+hr, src = docs["HelmRelease"], docs["OCIRepository"]
+if hr["spec"]["chartRef"] != {"kind": "OCIRepository", "name": src["metadata"]["name"]} or \
+        src["metadata"]["namespace"] != hr["metadata"]["namespace"]:
+    fail("the HelmRelease does not use the OCIRepository beside it")
+for action in ("install", "upgrade"):
+    if hr["spec"][action]["strategy"]["name"] != "RetryOnFailure" or "remediation" in hr["spec"][action]:
+        fail(f"{action}: strategy {hr['spec'][action]}, want RetryOnFailure (no uninstall between attempts)")
+if docs["Namespace"]["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") != "privileged":
+    fail("the namespace is not privileged")
+yaml.safe_dump(hr["spec"]["values"], open(f"{work}/flux-values.yaml", "w"))
+print("deploy/flux: cilium, then multus (both waited for), then cni-guard; RetryOnFailure for install and upgrade")
+PY
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" -f "$WORK/flux-values.yaml" "${IMAGE_SET[@]}" >"$WORK/flux-render.yaml" ||
+  fail "the HelmRelease's values do not render with the chart (above)"
+for kind in DaemonSet PodMonitor PrometheusRule ConfigMap; do
+  grep -q "^kind: $kind$" "$WORK/flux-render.yaml" || fail "the HelmRelease's values render no $kind"
+done
+echo "deploy/flux/cni-guard/helmrelease.yaml: its values pass the schema and render the DaemonSet, PodMonitor, PrometheusRule, dashboard"
+mkdir -p "$WORK/multus"
+cp deploy/flux/multus/* "$WORK/multus/"
+cat >"$WORK/multus/multus-daemonset-thick.yml" <<'YAML'
+# A stand-in of upstream's deployments/multus-daemonset-thick.yml (v4.3.0): the names the
+# patches of deploy/flux/multus touch.
+kind: ConfigMap
+apiVersion: v1
+metadata:
+  name: multus-daemon-config
+  namespace: kube-system
+data:
+  daemon-config.json: |
+    {"cniConfigDir": "/host/etc/cni/net.d", "multusAutoconfigDir": "/host/etc/cni/net.d"}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-multus-ds
+  namespace: kube-system
+spec:
+  selector:
+    matchLabels:
+      name: multus
+  template:
+    metadata:
+      labels:
+        name: multus
+    spec:
+      containers:
+        - name: kube-multus
+          image: multus-thick
+          volumeMounts:
+            - name: host-run-netns
+              mountPath: /run/netns
+              mountPropagation: HostToContainer
+            - name: multus-daemon-config
+              mountPath: /etc/cni/net.d/multus.d
+              readOnly: true
+      initContainers:
+        - name: install-multus-binary
+          image: multus-thick
+          command: ["cp", "/usr/src/multus-cni/bin/multus-shim", "/host/opt/cni/bin/multus-shim"]
+      volumes:
+        - name: multus-daemon-config
+          configMap:
+            name: multus-daemon-config
+            items:
+              - key: daemon-config.json
+                path: daemon-config.json
+        - name: host-run-netns
+          hostPath:
+            path: /run/netns/
+YAML
+kubectl kustomize "$WORK/multus" >"$WORK/multus-1.yaml"
+sed -i 's/"logLevel": "verbose"/"logLevel": "debug"/' "$WORK/multus/daemon-config.json"
+kubectl kustomize "$WORK/multus" >"$WORK/multus-2.yaml"
+python3 - "$WORK" <<'PY'
+import json, sys, yaml
+work = sys.argv[1]
+def fail(msg):
+    sys.exit("45-helm: FAIL: flux multus: " + msg)
+def load(n):
+    docs = [d for d in yaml.safe_load_all(open(f"{work}/multus-{n}.yaml")) if d]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    return cm, ds
+cm, ds = load(1)
+name = cm["metadata"]["name"]
+if not name.startswith("multus-daemon-config-layout-") or name == "multus-daemon-config-layout-":
+    fail(f"the daemon config's ConfigMap is {name}: no hash of its content")
+conf = json.loads(cm["data"]["daemon-config.json"])
+if conf["multusAutoconfigDir"] != "/etc/cni/multus/net.d" or conf["cniConfigDir"] != "/host/etc/cni/net.d":
+    fail(f"daemon-config.json: {conf}")
+spec = ds["spec"]["template"]["spec"]
+vols = {v["name"]: v for v in spec["volumes"]}
+if vols["multus-daemon-config"]["configMap"]["name"] != name or "items" not in vols["multus-daemon-config"]["configMap"]:
+    fail(f"the DaemonSet mounts {vols['multus-daemon-config']}, not {name}")
+if vols["host-run-netns"]["hostPath"]["path"] != "/var/run/netns/":
+    fail("host-run-netns is not /var/run/netns/ (Talos)")
+(init,) = spec["initContainers"]
+if init["command"][0] != "/usr/src/multus-cni/bin/install_multus" or init.get("image") != "multus-thick":
+    fail(f"install-multus-binary: {init}")
+cm2, ds2 = load(2)
+if cm2["metadata"]["name"] == name or ds2["spec"]["template"] == ds["spec"]["template"]:
+    fail("a change of daemon-config.json does not change the DaemonSet's pod template (no restart)")
+print(f"deploy/flux/multus: daemon config in {name} (multusAutoconfigDir /etc/cni/multus/net.d), "
+      "upstream's ConfigMap dropped, host-run-netns /var/run/netns/, install_multus; "
+      "a change of daemon-config.json changes the pod template (every Multus restarts)")
+PY
+
+echo "-- helm commands of the docs"
+# Every `helm install` / `helm upgrade` of this chart shown in README.md and docs/ (code blocks,
+# `\` continuations joined), placeholders filled in, must render with `helm template`: its
+# values exist (the schema refuses unknown keys) and its image is set.
+# shellcheck disable=SC2046 # the docs' paths have no spaces
+python3 - "$WORK" README.md $(find docs -name '*.md' | sort) <<'PY' >"$WORK/doc-commands.txt"
+import re, shlex, sys
+work, files = sys.argv[1], sys.argv[2:]
+PLACEHOLDERS = {"REGISTRY": "registry.invalid", "sha256:DIGEST": "sha256:" + "ab" * 32,
+                "DIGEST": "sha256:" + "ab" * 32, "VERSION": "0.0.1"}
+for path in files:
+    lines = open(path).read().splitlines()
+    in_code, i = False, 0
+    while i < len(lines):
+        line = lines[i]
+        if re.match(r"^\s*(```|~~~)", line):
+            in_code = not in_code
+        elif in_code and re.match(r"^\s*helm (install|upgrade) ", line):
+            start, text = i, line
+            while text.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = text.rstrip()[:-1] + " " + lines[i]
+            text = text.split(" #")[0]
+            for k, v in PLACEHOLDERS.items():
+                text = text.replace(k, v)
+            print(f"{path}:{start + 1}\t{text.strip()}")
+        i += 1
+PY
+checked=0
+while IFS=$'\t' read -r where cmd; do
+  read -ra words <<<"$cmd"
+  # helm install|upgrade NAME CHART ARGS... -> helm template NAME deploy/helm/cni-guard ARGS...
+  # The reader's own values (-f FILE, --reuse-values) cannot be checked: they are taken to hold
+  # the image, and the --set flags shown are checked on top of it.
+  args=() own=
+  set -- "${words[@]:4}"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --install | --wait | --atomic | --take-ownership | --dry-run*) ;;
+      --reuse-values) own=1 ;;
+      -f | --values) own=1; shift ;;
+      *) args+=("$1") ;;
+    esac
+    shift
+  done
+  [ -z "$own" ] || args=("${IMAGE_SET[@]}" "${args[@]}")
+  [ "${words[3]}" = deploy/helm/cni-guard ] || fail "$where: helm ${words[1]} of ${words[3]}, not the chart (deploy/helm/cni-guard)"
+  eval "\"\$HELM\" template cni-guard \"\$CHART\" ${args[*]}" >"$WORK/doc-command.yaml" 2>"$WORK/doc-command.err" ||
+    { cat "$WORK/doc-command.err" >&2; fail "$where: \`$cmd\` does not render"; }
+  checked=$((checked + 1))
+done <"$WORK/doc-commands.txt"
+[ "$checked" -gt 0 ] || fail "no helm install or upgrade found in the docs"
+echo "$checked helm install/upgrade commands of README.md and docs/ render with helm template"
 echo "45-helm: all checks passed"

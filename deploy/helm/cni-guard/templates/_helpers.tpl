@@ -45,11 +45,22 @@ The image: REPOSITORY@DIGEST when image.digest is set, else REPOSITORY:TAG (the 
 image.tag is empty).
 */}}
 {{- define "cni-guard.image" -}}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is not set: this chart has no default image (none is published for it). Build the image (scripts/build-image.sh release), push it to your registry and set image.repository=REGISTRY/cni-guard with image.digest=sha256:... (the digest the build prints) or image.tag. README.md, Quick start." }}
+{{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The command of every container and of the readiness probe: the binary in the image that runs
+install, keep, check and uninstall. THE ONE PLACE it is named.
+*/}}
+{{- define "cni-guard.agentCommand" -}}
+/cni-guard-agent
 {{- end }}
 
 {{/*
@@ -106,7 +117,9 @@ The metrics listen address, ADDRESS:PORT ([ADDRESS]:PORT for IPv6).
 */}}
 {{- define "cni-guard.metricsAddress" -}}
 {{- $m := .Values.metrics }}
-{{- if contains ":" $m.address }}
+{{- if eq $m.address "hostIP" }}
+{{- printf "$(CNI_GUARD_HOST_IP):%d" (int $m.port) }}
+{{- else if contains ":" $m.address }}
 {{- printf "[%s]:%d" $m.address (int $m.port) }}
 {{- else }}
 {{- printf "%s:%d" $m.address (int $m.port) }}
@@ -120,6 +133,7 @@ whatever differs from its own flags) always writes the same bytes as install.
 
   include "cni-guard.args" (dict "verb" "install" "root" $)
 
+uninstall (mode uninstall): the verb, --bin-dir, --conf-dir, --conf-name, --stay.
 install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root and --cni-path
 (for its readiness checks: the log, and cni_guard_ready), the same conflist flags, then
 --metrics-address when metrics are enabled. The order of the flags is deploy/base's.
@@ -127,6 +141,15 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root an
 {{- define "cni-guard.args" -}}
 {{- $v := .root.Values }}
 {{- $args := list .verb }}
+{{- if eq .verb "uninstall" }}
+{{- /* mode uninstall: the conflist keep would write, then the binary; then wait (--stay), so
+       `rollout status` tells when every node is done. */}}
+{{- $args = append $args (printf "--bin-dir=%s" (include "cni-guard.inPod" $v.binDir)) }}
+{{- $args = append $args (printf "--conf-dir=%s" (include "cni-guard.inPod" $v.confDir)) }}
+{{- $args = append $args (printf "--conf-name=%s" $v.confName) }}
+{{- $args = append $args "--stay" }}
+{{- toYaml $args }}
+{{- else }}
 {{- if eq .verb "install" }}
 {{- $args = append $args (printf "--bin-dir=%s" (include "cni-guard.inPod" $v.binDir)) }}
 {{- else if eq .verb "keep" }}
@@ -176,6 +199,7 @@ install: the verb, --bin-dir, the conflist flags. keep: the verb, --host-root an
 {{- $args = append $args (printf "--metrics-address=%s" (include "cni-guard.metricsAddress" .root)) }}
 {{- end }}
 {{- toYaml $args }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -4,7 +4,9 @@
 //!
 //! The preconditions are the plugin's own (`readiness::check`, the same function ADD runs),
 //! plus two that only make sense from outside: that no configuration names the guard itself,
-//! and that the guard's file is the first in its conf dir (or containerd never runs it).
+//! and that the guard's file is the first in its conf dir (or containerd never runs it). Then
+//! the layout, as a preflight before the first reboot: no fallback configuration beside the
+//! guard's and the delegate's, and Multus's primary there.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -26,7 +28,10 @@ Usage: cni-guard-agent check --config FILE [--host-root DIR] [--cni-path DIRS] [
 Says whether ADD would proceed now, one line per precondition: the delegate, each attachment,
 each plugin binary they name, recursion (a configuration that names cni-guard, or whose Multus
 clusterNetwork is a cni-guard configuration in its folder), and whether the guard's file is the
-first config in its conf dir. Exit 0 when ready, 1 when not.
+first config in its conf dir. Exit 0 when ready, 1 when not. Two more lines check the layout
+before a reboot, without changing that: fallback (any other configuration in the conf dir, which
+containerd would use if the delegate vanished) and primary (Multus's clusterNetwork file is
+there).
 
   --config FILE      the guard's conflist, e.g. /etc/cni/net.d/00-cni-guard.conflist
   --host-root DIR    look up the host paths the conflist names under DIR (in a pod that
@@ -313,6 +318,16 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
             Err(e) => e.msg().to_owned(),
         },
     });
+    // The layout, for a preflight before the first reboot; neither line changes the verdict.
+    verdict.items.push(fallback(config, &cfg.delegate, &shown));
+    let multus = report.delegate.as_ref().and_then(|d| {
+        d.plugins
+            .iter()
+            .find_map(|p| p.get("clusterNetwork").and_then(|c| c.as_str()))
+    });
+    if let Some(named) = multus {
+        verdict.items.push(primary(named, root, &shown));
+    }
     verdict.warnings = report
         .warnings
         .iter()
@@ -401,6 +416,58 @@ fn unroot_text(text: &str, root: Option<&Path>) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// `fallback`: every configuration in the guard's conf dir but the guard's file and the
+/// delegate's: what containerd would build sandboxes on if the delegate vanished (the hazard
+/// itself; on a reboot, the delegate's file is gone until its daemon is back).
+fn fallback(config: &Path, delegate: &Path, shown: &dyn Fn(&Path) -> String) -> Line {
+    let dir = config.parent().unwrap_or(Path::new("."));
+    let delegate_here = delegate.parent() == Some(dir);
+    let others: Vec<String> = conf_files(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| {
+            let f = Some(std::ffi::OsStr::new(f));
+            f != config.file_name() && !(delegate_here && f == delegate.file_name())
+        })
+        .map(|f| shown(&dir.join(f)))
+        .collect();
+    Line {
+        check: "fallback",
+        plugin_type: None,
+        path: String::new(),
+        ok: others.is_empty(),
+        reason: match others.is_empty() {
+            true => format!("no other configuration in {}", shown(dir)),
+            false => format!(
+                "{}: containerd would use it if the delegate vanished",
+                others.join(", ")
+            ),
+        },
+    }
+}
+
+/// `primary`: Multus's `clusterNetwork` (as Multus names it, from inside its pod: a leading
+/// `/host` is the host's root) must be a file that is there. (One that is the guard's own is
+/// the `recursion` line's: the delegate does not load.)
+fn primary(named: &str, root: Option<&Path>, shown: &dyn Fn(&Path) -> String) -> Line {
+    let host_path = named.strip_prefix("/host").filter(|p| p.starts_with('/'));
+    let found = [Some(named), host_path]
+        .into_iter()
+        .flatten()
+        .map(|p| under_root(root, Path::new(p)))
+        .find(|p| p.is_file());
+    Line {
+        check: "primary",
+        plugin_type: None,
+        path: String::new(),
+        ok: found.is_some(),
+        reason: match found {
+            Some(p) => format!("Multus's clusterNetwork {} exists", shown(&p)),
+            None => format!("Multus's clusterNetwork {named:?} does not exist here"),
+        },
+    }
 }
 
 /// `Ok` when `config` is the first file containerd would consider in its folder; the error says

@@ -799,6 +799,57 @@ mod check {
         );
     }
 
+    /// The layout before the first reboot: a configuration left beside the guard's and the
+    /// delegate's is named as the fallback it is, without changing the verdict.
+    #[test]
+    fn names_a_fallback_configuration_left_in_the_conf_dir() {
+        let host = Host::ready();
+        host.write(
+            "etc/cni/net.d/05-cilium.conflist",
+            r#"{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}"#,
+        );
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(0), "{report}");
+        assert_eq!(
+            only_failure(&report, "fallback"),
+            "✗ fallback   /etc/cni/net.d/05-cilium.conflist: containerd would use it if the delegate vanished"
+        );
+        assert!(
+            report.ends_with("ready: ADD would proceed now\n"),
+            "{report}"
+        );
+    }
+
+    /// Multus's `clusterNetwork` (as Multus writes it, from inside its pod under /host) must be
+    /// there and be the primary's, not the guard's.
+    #[test]
+    fn checks_that_multus_primary_is_there_and_not_the_guard() {
+        let host = Host::ready();
+        let multus = |cluster_network: &str| {
+            host.write(
+                DELEGATE,
+                &format!(
+                    r#"{{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim","clusterNetwork":"{cluster_network}"}}"#
+                ),
+            )
+        };
+        multus("/host/etc/cni/multus/net.d/05-cilium.conflist");
+        let (code, report) = host.check(&[]);
+        assert_eq!(code, Some(0), "{report}");
+        assert!(
+            report.contains(
+                "✓ primary    Multus's clusterNetwork /etc/cni/multus/net.d/05-cilium.conflist exists"
+            ),
+            "{report}"
+        );
+        multus("/host/etc/cni/multus/net.d/07-gone.conflist");
+        let (_, report) = host.check(&[]);
+        assert_eq!(
+            only_failure(&report, "primary"),
+            "✗ primary    Multus's clusterNetwork \"/host/etc/cni/multus/net.d/07-gone.conflist\" does not exist here"
+        );
+    }
+
     /// The one line for `check`, asserting there is exactly one failing line and it is it.
     fn only_failure<'a>(report: &'a str, check: &str) -> &'a str {
         let failing: Vec<&str> = report.lines().filter(|l| l.starts_with('✗')).collect();
@@ -826,6 +877,7 @@ mod check {
                 "✓ plugin     \"multus-shim\" at /opt/cni/bin/multus-shim",
                 "✓ recursion  no configuration that loaded names \"cni-guard\"",
                 "✓ first      /etc/cni/net.d/00-cni-guard.conflist sorts first in /etc/cni/net.d",
+                "✓ fallback   no other configuration in /etc/cni/net.d",
                 "ready: ADD would proceed now",
             ]
         );
@@ -1144,9 +1196,16 @@ mod check {
         host.write("etc/cni/net.d/00-aaa.conf", "{}");
         let (code, report) = host.check(&[]);
         assert_eq!(code, Some(1));
-        assert_eq!(
-            only_failure(&report, "first"),
-            "✗ first      /etc/cni/net.d/00-cni-guard.conflist: 00-aaa.conf sorts before it"
+        assert!(
+            report.contains(
+                "✗ first      /etc/cni/net.d/00-cni-guard.conflist: 00-aaa.conf sorts before it"
+            ),
+            "{report}"
+        );
+        // It is a fallback too: containerd's choice if the guard's file and the delegate went.
+        assert!(
+            report.contains("✗ fallback   /etc/cni/net.d/00-aaa.conf: containerd would use it"),
+            "{report}"
         );
         assert!(
             report.contains("not ready: the guard is not in force"),
@@ -1171,7 +1230,7 @@ mod check {
         assert_eq!(code, Some(0));
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["ready"], true);
-        assert_eq!(v["items"].as_array().unwrap().len(), 6);
+        assert_eq!(v["items"].as_array().unwrap().len(), 7);
 
         fs::remove_file(host.path("opt/cni/bin/multus-shim")).unwrap();
         let (code, out) = host.check(&["--json"]);

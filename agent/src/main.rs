@@ -93,54 +93,43 @@ fn finish(command: &str, outcome: Result<i32>) -> i32 {
     }
 }
 
-/// A small command-line reader: `--flag value`, `--flag=value` and bare `--switch`.
+/// The command line of a command: `--flag value`, `--flag=value` and bare `--switch`, read by
+/// lexopt; flags are named as written (`--bin-dir`).
 pub(crate) struct Flags {
-    args: std::vec::IntoIter<OsString>,
-    inline: Option<String>,
+    parser: lexopt::Parser,
+}
+
+fn usage_error(e: lexopt::Error) -> Error {
+    Error::usage(e.to_string())
 }
 
 impl Flags {
     pub fn new(args: Vec<OsString>) -> Flags {
         Flags {
-            args: args.into_iter(),
-            inline: None,
+            parser: lexopt::Parser::from_args(args),
         }
     }
 
     /// The next flag's name (`--bin-dir`), or `None` at the end.
     pub fn next_flag(&mut self) -> Result<Option<String>> {
-        if let Some(value) = self.inline.take() {
-            return Err(Error::usage(format!("unexpected value {value:?}")));
-        }
-        let Some(arg) = self.args.next() else {
-            return Ok(None);
-        };
-        let arg = arg
-            .into_string()
-            .map_err(|a| Error::usage(format!("argument {a:?} is not UTF-8")))?;
-        if !arg.starts_with('-') {
-            return Err(Error::usage(format!("unexpected argument {arg:?}")));
-        }
-        match arg.split_once('=') {
-            Some((name, value)) if arg.starts_with("--") => {
-                self.inline = Some(value.to_string());
-                Ok(Some(name.to_string()))
-            }
-            _ => Ok(Some(arg)),
+        use lexopt::Arg::{Long, Short, Value};
+        match self.parser.next().map_err(usage_error)? {
+            None => Ok(None),
+            Some(Long(name)) => Ok(Some(format!("--{name}"))),
+            Some(Short(c)) => Ok(Some(format!("-{c}"))),
+            Some(Value(v)) => Err(Error::usage(format!("unexpected argument {v:?}"))),
         }
     }
 
     /// The value of `flag`, given inline or as the next argument.
     pub fn value(&mut self, flag: &str) -> Result<String> {
-        if let Some(value) = self.inline.take() {
-            return Ok(value);
-        }
-        match self.args.next() {
-            Some(value) => value
-                .into_string()
-                .map_err(|v| Error::usage(format!("{flag}: value {v:?} is not UTF-8"))),
-            None => Err(Error::usage(format!("{flag} needs a value"))),
-        }
+        let value = self
+            .parser
+            .value()
+            .map_err(|_| Error::usage(format!("{flag} needs a value")))?;
+        value
+            .into_string()
+            .map_err(|v| Error::usage(format!("{flag}: value {v:?} is not UTF-8")))
     }
 
     pub fn path(&mut self, flag: &str) -> Result<PathBuf> {

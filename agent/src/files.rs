@@ -3,9 +3,11 @@
 //! already there, and the conf-dir ordering libcni and containerd apply.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use cni_guard::sys::at;
 
 /// What an atomic write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,12 +18,6 @@ pub enum Written {
     Created,
     /// The file existed with other content and was replaced.
     Replaced,
-}
-
-/// The temp name for `name`: hidden, and ending in `.tmp` so that neither libcni (which lists
-/// `.conf`, `.conflist`, `.json`) nor a CNI_PATH lookup ever picks it up.
-fn temp_name(name: &str) -> String {
-    format!(".{name}.{}.tmp", std::process::id())
 }
 
 /// Puts `content` at `dir/name` with `mode`, so that a concurrent reader sees either the old
@@ -45,26 +41,11 @@ pub fn write_atomically(dir: &Path, name: &str, content: &[u8], mode: u32) -> io
         Err(_) => true,
     };
 
-    let temp = dir.join(temp_name(name));
-    // A temp file left by a killed earlier run with the same pid (PID 1 in a container).
-    let _ = fs::remove_file(&temp);
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&temp)?;
-        file.write_all(content)?;
-        // The umask may have narrowed the mode given at creation.
-        file.set_permissions(fs::Permissions::from_mode(mode))?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temp, &target)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
+    // The plugin's one atomic writer, with fsync: a temp file (hidden, ending in `.tmp`, so
+    // that neither libcni, which lists `.conf`, `.conflist`, `.json`, nor a CNI_PATH lookup
+    // ever picks it up; one a killed earlier run left is replaced), renamed into place.
+    let dir_fd = at::open_dir(None, dir.as_os_str())?;
+    let result = at::write_replace(&dir_fd, name, content, mode, true);
     result.map(|()| {
         if existed {
             Written::Replaced

@@ -39,7 +39,7 @@
 //! "delegate"}`, `delegate` being the delegate file's JSON as it was at ADD.
 
 use std::ffi::OsStr;
-use std::io::{self, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -190,22 +190,8 @@ impl Store {
     /// attachment past `lockWaitSeconds`: code 11.
     pub fn write(&mut self, record: &Record) -> Result<()> {
         let name = self.lock(&record.container_id, &record.ifname)?;
-        let (tmp, path) = (temp_name(&name), self.dir.join(&name));
-        let tmp_path = self.dir.join(&tmp);
-        let result = (|| {
-            remove_entry(&self.fd, &tmp).map_err(|e| io_error(&tmp_path, "remove", &e))?;
-            let fd = at::create_new(&self.fd, OsStr::new(&tmp), 0o600)
-                .map_err(|e| io_error(&tmp_path, "create", &e))?;
-            std::fs::File::from(fd)
-                .write_all(&record.encode())
-                .map_err(|e| io_error(&tmp_path, "write", &e))?;
-            at::rename(&self.fd, OsStr::new(&tmp), OsStr::new(&name))
-                .map_err(|e| io_error(&path, "rename into", &e))
-        })();
-        if result.is_err() {
-            let _ = remove_entry(&self.fd, &tmp);
-        }
-        result
+        at::write_replace(&self.fd, &name, &record.encode(), 0o600, false)
+            .map_err(|e| io_error(&self.dir.join(&name), "write", &e))
     }
 
     /// Hands the lock over for an exec: the lock file's descriptor, no longer close-on-exec, for
@@ -249,7 +235,8 @@ impl Store {
         };
         sys::trust(&fd, Expect::File).map_err(not_trusted)?;
         let mut bytes = Vec::new();
-        at::pread_all(&fd, MAX_RECORD_BYTES, &mut bytes)
+        let mut file = std::fs::File::from(fd).take(MAX_RECORD_BYTES);
+        file.read_to_end(&mut bytes)
             .map_err(|e| io_error(&path, "read record", &e))?;
         if bytes.is_empty() {
             // A placeholder an earlier version left: no record.

@@ -144,16 +144,39 @@ pub fn unlock_byte(fd: &OwnedFd, offset: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads a whole file from offset 0 (up to `max` bytes), whatever the descriptor's position.
-pub fn pread_all(fd: &OwnedFd, max: u64, out: &mut Vec<u8>) -> io::Result<()> {
-    let mut buf = [0u8; 8192];
-    while (out.len() as u64) < max {
-        match nix::sys::uio::pread(fd, &mut buf, out.len() as libc::off_t) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
+/// The one atomic writer: `bytes` into `<dir>/.<name>.tmp` (a stale one replaced, never
+/// followed; with `mode`), then renamed over `name`, so a reader sees the old file or the new one, never a
+/// part. With `sync`, the data is on disk before the rename and the rename after it (a node's
+/// configuration); without, the page cache is enough (the records, written on every pod start).
+/// On failure the temp file is removed.
+pub fn write_replace(
+    dir: &OwnedFd,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    sync: bool,
+) -> io::Result<()> {
+    let tmp = format!(".{name}.tmp");
+    let result = (|| {
+        match unlink(dir, OsStr::new(&tmp)) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
+            _ => {}
         }
+        let mut file = std::fs::File::from(create_new(dir, OsStr::new(&tmp), mode)?);
+        io::Write::write_all(&mut file, bytes)?;
+        // The umask may have narrowed the mode given at creation.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+        if sync {
+            file.sync_all()?;
+        }
+        rename(dir, OsStr::new(&tmp), OsStr::new(name))?;
+        match sync {
+            true => nix::unistd::fsync(dir).map_err(io::Error::from),
+            false => Ok(()),
+        }
+    })();
+    if result.is_err() {
+        let _ = unlink(dir, OsStr::new(&tmp));
     }
-    Ok(())
+    result
 }

@@ -196,9 +196,16 @@ impl Fixture {
         crate::confdir::write_atomic(path, value.to_string().as_bytes());
     }
 
-    /// The guard's records (every file under its cacheDir).
+    /// The guard's records (every file under its cacheDir but the networks' lock files).
     pub fn guard_records(&self) -> Vec<PathBuf> {
-        crate::leaks::files_under(&self.guard_cache)
+        // Each network's lock file (`<cacheDir>/.<network>.lock`) stays: it holds no attachment.
+        let lock = |p: &PathBuf| {
+            p.parent() == Some(self.guard_cache.as_path())
+                && p.extension().is_some_and(|e| e == "lock")
+        };
+        let mut files = crate::leaks::files_under(&self.guard_cache);
+        files.retain(|p| !lock(p));
+        files
     }
 
     /// Entries this fixture's networks left in libcni's result cache.

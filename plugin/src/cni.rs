@@ -244,33 +244,31 @@ fn refusal(report: &Report, ctx: &mut Ctx) -> Option<Error> {
 fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     let mut needs_multus = None;
     if let Some(per_pod) = &cfg.per_pod {
-        let first = readiness::check(cfg, &req.cni_path);
+        let first = readiness::check(cfg, &req.cni_path).error();
         // Only a delegate that is not there yet is bypassed; a misconfiguration (7) is not.
-        if first.error().is_some_and(|e| *e.kind() == Kind::NotReady) {
-            match perpod::need(per_pod, cfg, req) {
-                perpod::Need::PrimaryOnly => return add_primary(req, cfg, per_pod, &first, ctx),
+        match first.filter(|e| *e.kind() == Kind::NotReady) {
+            None => {}
+            Some(delegate) => match perpod::need(per_pod, cfg, req) {
+                perpod::Need::PrimaryOnly => return add_primary(req, cfg, per_pod, delegate, ctx),
                 perpod::Need::Multus(why) => {
                     ctx.notes.push(("perpod", "needs-multus".to_owned()));
-                    needs_multus = Some(why);
+                    needs_multus = Some(format!("per-pod: {why}"));
                 }
-            }
+            },
         }
     }
     let report = wait_ready(req, cfg, cfg.wait, ctx);
     if let Some(e) = refusal(&report, ctx) {
-        return Err(match needs_multus {
-            Some(why) => {
-                let details = match e.details() {
-                    Some(d) => format!("{d}; per-pod: {why}"),
-                    None => format!("per-pod: {why}"),
-                };
-                e.with_details(details)
-            }
-            None => e,
-        });
+        let details = [e.details().map(str::to_owned), needs_multus];
+        let details: Vec<String> = details.into_iter().flatten().collect();
+        return Err(e.with_details(details.join("; ")));
     }
-    let list = report.delegate.expect("a ready report has the delegate");
-    run_add(req, cfg, &cfg.delegate, list, ctx)
+    run_add(
+        req,
+        cfg,
+        report.delegate.expect("a ready report has the delegate"),
+        ctx,
+    )
 }
 
 /// Per-pod awareness: the pod needs no Multus network and the delegate is not ready, so the
@@ -281,85 +279,76 @@ fn add_primary(
     req: &Request,
     cfg: &GuardConfig,
     per_pod: &config::PerPod,
-    delegate_report: &Report,
+    delegate: Error,
     ctx: &mut Ctx,
 ) -> Result<Done> {
     let primary = primary_config(cfg, per_pod);
-    let report = readiness::check(&primary, &req.cni_path);
-    warn_loose(&report, ctx);
+    let report = wait_ready(req, &primary, Duration::ZERO, ctx);
     if let Some(e) = refusal(&report, ctx) {
-        let why = delegate_report
-            .error()
-            .map_or_else(String::new, |e| e.msg().to_owned());
         return Err(e.with_details(format!(
-            "per-pod: the pod needs no Multus network, but the primary is not ready either; the delegate: {why}"
+            "per-pod: the pod needs no Multus network, but the primary is not ready either; the delegate: {}",
+            delegate.msg()
         )));
     }
     ctx.notes.push(("perpod", "primary".to_owned()));
-    let list = report.delegate.expect("a ready report has the delegate");
-    run_add(req, &primary, &per_pod.primary, list, ctx)
+    run_add(
+        req,
+        &primary,
+        report.delegate.expect("a ready report has the delegate"),
+        ctx,
+    )
 }
 
 /// The guard's configuration with the primary as the delegate: no attachments or sockets of
-/// Multus's, without the pod annotations (a capability the guard asked for itself, not the
-/// primary's), and no prevResult (the runtime's is the delegate's result, not the primary's).
+/// Multus's, and without the pod annotations (a capability the guard asked for itself, not the
+/// primary's).
 pub(crate) fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> GuardConfig {
-    let mut runtime_config = cfg.runtime_config.clone();
-    runtime_config.remove(perpod::POD_ANNOTATIONS);
-    GuardConfig {
+    let mut primary = GuardConfig {
         delegate: per_pod.primary.clone(),
         attachments: Vec::new(),
         sockets: Vec::new(),
         per_pod: None,
-        runtime_config,
         ..cfg.clone()
-    }
+    };
+    primary.runtime_config.remove(perpod::POD_ANNOTATIONS);
+    primary
 }
 
-/// Records `list` (read from `delegate_path`) for the attachment, then runs its ADD: by exec
-/// when it is one plugin at the guard's version that can be exec'd, else as children.
-fn run_add(
-    req: &Request,
-    cfg: &GuardConfig,
-    delegate_path: &std::path::Path,
-    list: NetworkConfig,
-    ctx: &mut Ctx,
-) -> Result<Done> {
+/// Records `list` for the attachment, then runs its ADD: by exec when it is one plugin at the
+/// guard's version that can be exec'd, else as children.
+fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx) -> Result<Done> {
     let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     store.write(&Record {
         container_id: req.container_id.clone(),
         ifname: req.ifname.clone(),
         network: cfg.name.clone(),
         cni_version: cfg.cni_version.clone(),
-        delegate_path: delegate_path.to_owned(),
+        delegate_path: list.path.clone(),
         delegate: list.raw.clone(),
     })?;
     let prev = cfg.prev_result.as_ref();
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev)? {
         // The exec'd delegate must hold the attachment's lock; if the lock cannot be handed
         // over, the delegate runs as a child instead, with the guard holding it.
-        if invoke::can_exec(&plugin) {
-            match store.exec_lock() {
-                Ok(lock) => return Ok(Done::Exec(plugin, config, lock)),
-                Err(e) => ctx.warnings.push(format!(
-                    "cannot keep the attachment locked across exec ({e}): running the delegate as a child"
-                )),
-            }
+        match invoke::can_exec(&plugin).then(|| store.exec_lock()) {
+            Some(Ok(lock)) => return Ok(Done::Exec(plugin, config, lock)),
+            Some(Err(e)) => ctx.warnings.push(format!(
+                "cannot keep the attachment locked across exec ({e}): running the delegate as a child"
+            )),
+            None => {}
         }
     }
-    match delegate::add(&list, cfg, &req.cni_path, &Deadline::start(cfg)) {
-        Ok(result) => Ok(Done::Result(result)),
-        Err((e, rolled_back)) => {
-            if rolled_back {
-                if let Err(re) = store.remove(&req.container_id, &req.ifname) {
-                    ctx.warnings.push(format!(
-                        "cannot remove the record after a rolled-back ADD: {re}"
-                    ));
-                }
-            }
-            Err(e)
-        }
+    let (e, rolled_back) = match delegate::add(&list, cfg, &req.cni_path, &Deadline::start(cfg)) {
+        Ok(result) => return Ok(Done::Result(result)),
+        Err(failed) => failed,
+    };
+    let removed = rolled_back.then(|| store.remove(&req.container_id, &req.ifname));
+    if let Some(Err(re)) = removed {
+        ctx.warnings.push(format!(
+            "cannot remove the record after a rolled-back ADD: {re}"
+        ));
     }
+    Err(e)
 }
 
 /// CHECK: the delegate's CHECK with prevResult, where its version and configuration allow it,

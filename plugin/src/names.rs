@@ -5,8 +5,6 @@
 //! Each rule returns `Err` with a reason that reads after its subject ("CNI_IFNAME " + reason,
 //! "network name " + reason) and quotes the offending value, cut to 64 characters.
 
-use std::fmt;
-
 /// Container IDs become file names in the record store.
 pub const MAX_CONTAINER_ID: usize = 200;
 /// Linux's IFNAMSIZ less the terminating NUL.
@@ -14,31 +12,20 @@ pub const MAX_IFNAME: usize = 15;
 /// Network names become folder names in the record store (and in libcni's cache).
 pub const MAX_NETWORK_NAME: usize = 200;
 
-/// Why a name breaks its rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadName(String);
-
-impl fmt::Display for BadName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadName {}
+/// Why a name breaks its rule, said after its subject.
+pub type BadName = String;
 
 /// The spec's rule for `CNI_CONTAINERID`: starts with a letter or digit, then letters, digits,
 /// `_`, `.` or `-`; at most [`MAX_CONTAINER_ID`] characters.
 pub fn container_id(id: &str) -> Result<(), BadName> {
     if !plain(id) {
-        return Err(BadName(format!(
+        return Err(format!(
             "{:?} must start with a letter or digit and contain only letters, digits, '_', '.', '-'",
             truncate(id, 64)
-        )));
+        ));
     }
     if id.len() > MAX_CONTAINER_ID {
-        return Err(BadName(format!(
-            "is longer than {MAX_CONTAINER_ID} characters"
-        )));
+        return Err(format!("is longer than {MAX_CONTAINER_ID} characters"));
     }
     Ok(())
 }
@@ -47,22 +34,22 @@ pub fn container_id(id: &str) -> Result<(), BadName> {
 /// `:` or whitespace.
 pub fn ifname(name: &str) -> Result<(), BadName> {
     if name.is_empty() {
-        return Err(BadName("is empty".to_owned()));
+        return Err("is empty".to_owned());
     }
     if name.len() > MAX_IFNAME {
-        return Err(BadName(format!(
+        return Err(format!(
             "{:?} is longer than {MAX_IFNAME} bytes",
             truncate(name, 64)
-        )));
+        ));
     }
     if name == "." || name == ".." {
-        return Err(BadName(format!("{name:?} is not a valid interface name")));
+        return Err(format!("{name:?} is not a valid interface name"));
     }
     if name
         .chars()
         .any(|c| c == '/' || c == ':' || c.is_whitespace())
     {
-        return Err(BadName(format!("{name:?} contains '/', ':' or whitespace")));
+        return Err(format!("{name:?} contains '/', ':' or whitespace"));
     }
     Ok(())
 }
@@ -73,9 +60,9 @@ pub fn network_name(name: &str) -> Result<(), BadName> {
     if plain(name) && name.len() <= MAX_NETWORK_NAME {
         Ok(())
     } else {
-        Err(BadName(format!(
+        Err(format!(
             "{name:?} must start with a letter or digit, contain only letters, digits, '_', '.', '-', and be at most {MAX_NETWORK_NAME} characters"
-        )))
+        ))
     }
 }
 

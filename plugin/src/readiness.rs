@@ -45,30 +45,20 @@ impl Report {
     /// every other failure (runtimes print `msg; details`: nothing twice).
     pub fn error(&self) -> Option<Error> {
         let first = self.first_failure()?;
-        let msg = match first.problem.as_ref().map(Problem::kind) {
-            Some(Kind::Misconfigured) if matches!(first.problem, Some(Problem::Unusable(_))) => {
-                format!("cni-guard: unusable configuration: {}", first.describe())
-            }
-            Some(Kind::Misconfigured) => {
-                format!("cni-guard is misconfigured: {}", first.describe())
-            }
-            _ => format!("cni-guard: network not ready: {}", first.describe()),
+        let kind = first.problem.as_ref().map_or(Kind::NotReady, Problem::kind);
+        let prefix = match &first.problem {
+            Some(Problem::Unusable(_)) => "cni-guard: unusable configuration",
+            _ if kind == Kind::Misconfigured => "cni-guard is misconfigured",
+            _ => "cni-guard: network not ready",
         };
-        let kind = if first.fatal() {
-            Kind::Misconfigured
-        } else {
-            Kind::NotReady
-        };
+        let msg = format!("{prefix}: {}", first.describe());
         let others: Vec<String> = self
             .failures()
             .filter(|i| !std::ptr::eq(*i, first))
             .map(Item::describe)
             .collect();
-        let details = match others.is_empty() {
-            true => String::new(),
-            false => format!("also: {}", others.join("; ")),
-        };
-        Some(Error::new(kind, msg).with_details(details))
+        let details = (!others.is_empty()).then(|| format!("also: {}", others.join("; ")));
+        Some(Error::new(kind, msg).with_details(details.unwrap_or_default()))
     }
 
     /// Directories whose changes could make a failing precondition pass.
@@ -110,9 +100,8 @@ pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
         });
     }
     for path in &cfg.sockets {
-        let problem = sys::unix_socket_accepts(path)
-            .err()
-            .map(|e| Problem::Dead(socket_problem(&e)));
+        let problem = sys::unix_socket_accepts(path).err();
+        let problem = problem.map(|e| Problem::Dead(socket_problem(&e)));
         report
             .items
             .push(Item::new(Subject::Socket, path.clone(), problem));
@@ -140,15 +129,15 @@ fn check_config(
     cfg: &GuardConfig,
 ) -> Option<NetworkConfig> {
     let loaded = NetworkConfig::load(path, &cfg.plugin_type);
-    let mut item = Item::new(
-        subject.clone(),
-        path.to_owned(),
-        loaded.as_ref().err().cloned(),
-    );
-    if subject == Subject::Delegate {
-        item.writer = cfg.delegate_writer.clone();
-    }
-    report.items.push(item);
+    let writer = cfg
+        .delegate_writer
+        .clone()
+        .filter(|_| subject == Subject::Delegate);
+    let problem = loaded.as_ref().err().cloned();
+    report.items.push(Item {
+        writer,
+        ..Item::new(subject, path.to_owned(), problem)
+    });
     let conf = loaded.ok()?;
     if conf.loosely_writable {
         report.warnings.push(path.to_owned());

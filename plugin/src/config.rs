@@ -81,16 +81,14 @@ impl Seconds {
         }
     }
 
-    fn read(&self, n: Option<Number>) -> std::result::Result<Duration, Invalid> {
-        match n {
-            None => Ok(Duration::from_secs_f64(self.default)),
-            Some(n) => match n.as_f64() {
-                Some(s) if self.allows(s) => Ok(Duration::from_secs_f64(s)),
-                _ => Err(invalid(
-                    self.key,
-                    format!("{} {n} is outside {}", self.key, self.range()),
-                )),
-            },
+    fn read(&self, n: Option<Number>) -> Checked<Duration> {
+        let Some(n) = n else {
+            return Ok(Duration::from_secs_f64(self.default));
+        };
+        let (key, range) = (self.key, self.range());
+        match n.as_f64() {
+            Some(s) if self.allows(s) => Ok(Duration::from_secs_f64(s)),
+            _ => Err(invalid(key, format!("{key} {n} is outside {range}"))),
         }
     }
 }
@@ -145,7 +143,7 @@ pub struct Entry {
 }
 
 /// The entry's `cniVersion`, which the guard must speak: checked before anything else (code 1).
-fn cni_version(v: Option<&Value>) -> std::result::Result<String, Invalid> {
+fn cni_version(v: Option<&Value>) -> Checked<String> {
     match v {
         None => Err(invalid("cniVersion", "cniVersion is required")),
         Some(Value::String(v)) if Version::guard_supported(v) => Ok(v.clone()),
@@ -169,6 +167,9 @@ pub struct Invalid {
     pub error: Error,
 }
 
+/// What a check of one value gives: the value, or the refusal.
+type Checked<T> = std::result::Result<T, Invalid>;
+
 impl From<Invalid> for Error {
     fn from(invalid: Invalid) -> Error {
         invalid.error
@@ -191,18 +192,16 @@ impl Entry {
 
     /// Checks every value, in a fixed order (the first problem is the one reported), and
     /// applies the defaults.
-    pub fn validate(self) -> std::result::Result<GuardConfig, Invalid> {
+    pub fn validate(self) -> Checked<GuardConfig> {
         let cni_version = cni_version(self.cni_version.as_ref())?;
         let name = self
             .name
             .ok_or_else(|| invalid("name", "name is required"))?;
         names::network_name(&name).map_err(|why| invalid("name", format!("network name {why}")))?;
-        let delegate = self.delegate.ok_or_else(|| {
-            invalid(
-                "delegate",
-                "delegate is required: the path of the real network's configuration",
-            )
-        })?;
+        let Some(delegate) = self.delegate else {
+            let why = "delegate is required: the path of the real network's configuration";
+            return Err(invalid("delegate", why));
+        };
         let delegate = absolute_path("delegate", "delegate", delegate)?;
         let delegate_writer = self.delegate_writer.map(writer_name).transpose()?;
         let paths = |key: &'static str, items: Option<Vec<String>>| {
@@ -211,7 +210,7 @@ impl Entry {
                 .into_iter()
                 .enumerate()
                 .map(|(i, p)| absolute_path(key, &format!("{key}[{i}]"), p))
-                .collect::<std::result::Result<Vec<_>, _>>()
+                .collect::<Checked<Vec<_>>>()
         };
         let attachments = paths("attachments", self.attachments)?;
         let sockets = paths("sockets", self.sockets)?;
@@ -224,31 +223,30 @@ impl Entry {
             Some(p) => absolute_path("cacheDir", "cacheDir", p)?,
             None => PathBuf::from(DEFAULT_CACHE_DIR),
         };
+        let networks = self.multus_default_networks.unwrap_or_default();
+        let namespaces = self
+            .multus_system_namespaces
+            .unwrap_or_else(|| vec![DEFAULT_MULTUS_SYSTEM_NAMESPACE.to_owned()]);
         let per_pod = match self.per_pod_primary {
             None => None,
             Some(p) => Some(PerPod {
                 primary: absolute_path("perPodPrimary", "perPodPrimary", p)?,
-                default_networks: names_list(
-                    "multusDefaultNetworks",
-                    self.multus_default_networks,
-                )?,
-                system_namespaces: match self.multus_system_namespaces {
-                    None => vec![DEFAULT_MULTUS_SYSTEM_NAMESPACE.to_owned()],
-                    given => names_list("multusSystemNamespaces", given)?,
-                },
+                default_networks: names_list("multusDefaultNetworks", networks)?,
+                system_namespaces: names_list("multusSystemNamespaces", namespaces)?,
                 auxiliary_chain: self.multus_auxiliary_chain.filter(|c| !c.is_empty()),
             }),
         };
         // GC forwards the runtime's lists exactly as sent (libcni sends both names; a runtime
-        // that sends none asks for nothing to be kept, and the delegate is told nothing).
-        let gc_attachments = [
-            ("cni.dev/valid-attachments", &self.valid_attachments),
-            ("cni.dev/attachments", &self.gc_attachments),
+        // that sends none asks for nothing to be kept, and the delegate is told nothing). The
+        // guard reads the first: libcni's name wins.
+        let gc_attachments: Vec<_> = [
+            ("cni.dev/valid-attachments", self.valid_attachments),
+            ("cni.dev/attachments", self.gc_attachments),
         ]
         .into_iter()
-        .filter_map(|(key, v)| v.clone().map(|v| (key, v)))
+        .filter_map(|(key, v)| Some((key, v?)))
         .collect();
-        let valid_attachments = valid_attachments(self.valid_attachments.or(self.gc_attachments))?;
+        let valid_attachments = valid_attachments(gc_attachments.first().map(|(_, v)| v))?;
         Ok(GuardConfig {
             cni_version,
             name,
@@ -331,20 +329,15 @@ impl GuardConfig {
 
     /// Parses the request configuration from stdin.
     pub fn parse(stdin: &[u8]) -> Result<GuardConfig> {
-        let value: Value = serde_json::from_slice(stdin).map_err(|e| {
-            Error::new(
-                Kind::BadInput,
-                format!("cannot decode the network configuration on stdin: {e}"),
-            )
-        })?;
-        if !value.is_object() {
-            return Err(Error::new(
-                Kind::BadInput,
-                "the network configuration on stdin is not a JSON object",
-            ));
-        }
-        cni_version(value.get("cniVersion"))?;
-        Ok(Entry::from_value(value)?.validate()?)
+        let msg = match serde_json::from_slice(stdin) {
+            Ok(value @ Value::Object(_)) => {
+                cni_version(value.get("cniVersion"))?;
+                return Ok(Entry::from_value(value)?.validate()?);
+            }
+            Ok(_) => "the network configuration on stdin is not a JSON object".to_owned(),
+            Err(e) => format!("cannot decode the network configuration on stdin: {e}"),
+        };
+        Err(Error::new(Kind::BadInput, msg))
     }
 }
 
@@ -364,9 +357,7 @@ pub fn reply_version(stdin: &[u8]) -> String {
 
 /// `cni.dev/valid-attachments` (libcni) or `cni.dev/attachments` (the spec's name): the
 /// attachments GC must keep, as `(containerID, ifname)`.
-fn valid_attachments(
-    list: Option<Value>,
-) -> std::result::Result<Option<Vec<(String, String)>>, Invalid> {
+fn valid_attachments(list: Option<&Value>) -> Checked<Option<Vec<(String, String)>>> {
     const KEY: &str = "cni.dev/valid-attachments";
     let items = match list {
         None => return Ok(None),
@@ -375,50 +366,34 @@ fn valid_attachments(
         Some(Value::Array(items)) => items,
         Some(_) => return Err(invalid(KEY, format!("{KEY} is not a list"))),
     };
-    items
-        .iter()
-        .map(|item| {
-            let get = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_owned);
-            match (get("containerID"), get("ifname")) {
-                (Some(id), Some(ifname)) => Ok((id, ifname)),
-                _ => Err(invalid(
-                    KEY,
-                    format!("{KEY} entries need containerID and ifname"),
-                )),
-            }
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map(Some)
+    let text = |item: &Value, key: &str| item[key].as_str().map(str::to_owned);
+    let pair = |item: &Value| Some((text(item, "containerID")?, text(item, "ifname")?));
+    match items.iter().map(pair).collect() {
+        Some(pairs) => Ok(Some(pairs)),
+        None => Err(invalid(
+            KEY,
+            format!("{KEY} entries need containerID and ifname"),
+        )),
+    }
 }
 
 /// `delegateWriter`: a name said inside a one-line refusal, so no control characters (the
 /// runtime logs it and kubelet shows it in an event), not empty, and short.
-fn writer_name(name: String) -> std::result::Result<String, Invalid> {
-    const KEY: &str = "delegateWriter";
-    if name.trim().is_empty() {
-        return Err(invalid(KEY, format!("{KEY} is empty")));
-    }
-    if name.chars().count() > MAX_WRITER_CHARS {
-        return Err(invalid(
-            KEY,
-            format!("{KEY} is longer than {MAX_WRITER_CHARS} characters"),
-        ));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(invalid(
-            KEY,
-            format!("{KEY} {name:?} has a control character"),
-        ));
-    }
-    Ok(name)
+fn writer_name(name: String) -> Checked<String> {
+    let why = if name.trim().is_empty() {
+        "is empty".to_owned()
+    } else if name.chars().count() > MAX_WRITER_CHARS {
+        format!("is longer than {MAX_WRITER_CHARS} characters")
+    } else if name.chars().any(char::is_control) {
+        format!("{name:?} has a control character")
+    } else {
+        return Ok(name);
+    };
+    Err(invalid("delegateWriter", format!("delegateWriter {why}")))
 }
 
 /// A list of non-empty names.
-fn names_list(
-    key: &'static str,
-    items: Option<Vec<String>>,
-) -> std::result::Result<Vec<String>, Invalid> {
-    let items = items.unwrap_or_default();
+fn names_list(key: &'static str, items: Vec<String>) -> Checked<Vec<String>> {
     match items.iter().any(String::is_empty) {
         true => Err(invalid(key, format!("{key} has an empty name"))),
         false => Ok(items),
@@ -426,24 +401,15 @@ fn names_list(
 }
 
 /// `label` names the value in the message (`attachments[2]`), `key` its key.
-fn absolute_path(
-    key: &'static str,
-    label: &str,
-    p: String,
-) -> std::result::Result<PathBuf, Invalid> {
-    if !p.starts_with('/') {
-        return Err(invalid(
-            key,
-            format!("{label} {p:?} is not an absolute path"),
-        ));
-    }
-    if p.bytes().any(|b| b.is_ascii_control()) {
-        return Err(invalid(
-            key,
-            format!("{label} {p:?} contains control characters"),
-        ));
-    }
-    Ok(PathBuf::from(p))
+fn absolute_path(key: &'static str, label: &str, p: String) -> Checked<PathBuf> {
+    let why = if !p.starts_with('/') {
+        "is not an absolute path"
+    } else if p.bytes().any(|b| b.is_ascii_control()) {
+        "contains control characters"
+    } else {
+        return Ok(PathBuf::from(p));
+    };
+    Err(invalid(key, format!("{label} {p:?} {why}")))
 }
 
 #[cfg(test)]

@@ -129,10 +129,9 @@ impl Error {
 
     /// The agent's exit code: 2 for a wrong command line, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
-        if self.kind == Kind::Usage {
-            2
-        } else {
-            1
+        match self.kind {
+            Kind::Usage => 2,
+            _ => 1,
         }
     }
 
@@ -150,9 +149,7 @@ impl Error {
         if let Some(details) = &self.details {
             reply["details"] = details.as_str().into();
         }
-        let mut out = reply.to_string().into_bytes();
-        out.push(b'\n');
-        out
+        format!("{reply}\n").into_bytes()
     }
 }
 

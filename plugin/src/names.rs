@@ -19,10 +19,8 @@ pub type BadName = String;
 /// `_`, `.` or `-`; at most [`MAX_CONTAINER_ID`] characters.
 pub fn container_id(id: &str) -> Result<(), BadName> {
     if !plain(id) {
-        return Err(format!(
-            "{:?} must start with a letter or digit and contain only letters, digits, '_', '.', '-'",
-            truncate(id, 64)
-        ));
+        let shown = truncate(id, 64);
+        return Err(format!("{shown:?} must start with a letter or digit and contain only letters, digits, '_', '.', '-'"));
     }
     if id.len() > MAX_CONTAINER_ID {
         return Err(format!("is longer than {MAX_CONTAINER_ID} characters"));
@@ -33,25 +31,16 @@ pub fn container_id(id: &str) -> Result<(), BadName> {
 /// The spec's interface-name rule (Linux's): 1 to [`MAX_IFNAME`] bytes, not `.` or `..`, no `/`,
 /// `:` or whitespace.
 pub fn ifname(name: &str) -> Result<(), BadName> {
-    if name.is_empty() {
-        return Err("is empty".to_owned());
-    }
-    if name.len() > MAX_IFNAME {
-        return Err(format!(
-            "{:?} is longer than {MAX_IFNAME} bytes",
-            truncate(name, 64)
-        ));
-    }
-    if name == "." || name == ".." {
-        return Err(format!("{name:?} is not a valid interface name"));
-    }
-    if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        return Err(format!("{name:?} contains '/', ':' or whitespace"));
-    }
-    Ok(())
+    let why = match name {
+        "" => return Err("is empty".to_owned()),
+        _ if name.len() > MAX_IFNAME => format!("is longer than {MAX_IFNAME} bytes"),
+        "." | ".." => "is not a valid interface name".to_owned(),
+        _ if name.contains(|c: char| c == '/' || c == ':' || c.is_whitespace()) => {
+            "contains '/', ':' or whitespace".to_owned()
+        }
+        _ => return Ok(()),
+    };
+    Err(format!("{:?} {why}", truncate(name, 64)))
 }
 
 /// libcni's rule for network names (the container ID's characters), at most

@@ -3,14 +3,13 @@
 //! Parsing has no side effects: the environment comes in as a getter and stdin as a reader, so
 //! tests never touch the process environment (as libcni's `pkg/skel` dispatcher is built).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use crate::error::{Error, Kind, Result};
-use crate::names;
-use crate::names::truncate;
+use crate::names::{self, truncate};
 pub use crate::verb::Command;
 
 /// Upper bound on stdin. A guard config with a GC attachment list for thousands of pods is well
@@ -59,11 +58,9 @@ pub fn command(getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Command> {
     let raw = getenv("CNI_COMMAND").unwrap_or_default();
     let s = raw.to_string_lossy();
     Command::parse(&s).ok_or_else(|| {
-        Error::new(
-            Kind::BadEnv,
-            format!("unknown CNI_COMMAND {:?}", truncate(&s, 64)),
-        )
-        .with_details("expected one of ADD, DEL, CHECK, STATUS, GC, VERSION")
+        let msg = format!("unknown CNI_COMMAND {:?}", truncate(&s, 64));
+        Error::new(Kind::BadEnv, msg)
+            .with_details("expected one of ADD, DEL, CHECK, STATUS, GC, VERSION")
     })
 }
 
@@ -71,23 +68,18 @@ pub fn command(getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Command> {
 pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) -> Result<Request> {
     let mut problems = Vec::new();
     let mut get = |name: &str, rule: fn(&str) -> std::result::Result<(), names::BadName>| {
-        let value = getenv(name).unwrap_or_default();
-        let why = match (value_problem(value.as_bytes()), value.is_empty()) {
-            (Some(why), _) => Some(why.to_owned()),
-            (None, true) if required(command).contains(&name) => match getenv(name) {
-                None => Some("is missing".to_owned()),
-                Some(_) => Some("is empty".to_owned()),
-            },
-            (None, true) => None,
-            (None, false) => rule(&value.to_string_lossy()).err().map(|w| w.to_string()),
+        let given = getenv(name);
+        let checked = match text(given.as_deref().unwrap_or_default()) {
+            Ok("") if !required(command).contains(&name) => Ok(""),
+            Ok("") if given.is_none() => Err("is missing".to_owned()),
+            Ok("") => Err("is empty".to_owned()),
+            Ok(value) => rule(value).map(|()| value),
+            Err(why) => Err(why.to_owned()),
         };
-        match why {
-            Some(why) => {
-                problems.push(format!("{name} {why}"));
-                String::new()
-            }
-            None => value.to_string_lossy().into_owned(),
-        }
+        checked.map(str::to_owned).unwrap_or_else(|why| {
+            problems.push(format!("{name} {why}"));
+            String::new()
+        })
     };
     let any = |_: &str| Ok(());
     let container_id = get("CNI_CONTAINERID", names::container_id);
@@ -96,11 +88,8 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
     let cni_args = get("CNI_ARGS", any);
     let path = get("CNI_PATH", any);
     if !problems.is_empty() {
-        let msg = format!(
-            "invalid CNI parameters for {}: {}",
-            command.as_str(),
-            problems.join("; ")
-        );
+        let (verb, problems) = (command.as_str(), problems.join("; "));
+        let msg = format!("invalid CNI parameters for {verb}: {problems}");
         return Err(Error::new(Kind::BadEnv, msg));
     }
     Ok(Request {
@@ -115,34 +104,26 @@ pub fn parse_env(command: Command, getenv: &dyn Fn(&str) -> Option<OsString>) ->
     })
 }
 
-fn value_problem(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.len() > MAX_VALUE {
-        Some("is too long")
-    } else if bytes.iter().any(|b| b.is_ascii_control()) {
-        Some("contains control characters")
-    } else if std::str::from_utf8(bytes).is_err() {
-        Some("is not valid UTF-8")
+/// A parameter's value as text, or why it cannot be one.
+fn text(value: &OsStr) -> std::result::Result<&str, &'static str> {
+    if value.len() > MAX_VALUE {
+        Err("is too long")
+    } else if value.as_bytes().iter().any(u8::is_ascii_control) {
+        Err("contains control characters")
     } else {
-        None
+        value.to_str().ok_or("is not valid UTF-8")
     }
 }
 
 /// Reads stdin up to [`MAX_STDIN`] bytes.
-pub fn read_stdin(mut input: impl Read) -> Result<Vec<u8>> {
+pub fn read_stdin(input: impl Read) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
-    let n = input
-        .by_ref()
-        .take(MAX_STDIN + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::new(Kind::Io, format!("cannot read stdin: {e}")))?;
-    if n as u64 > MAX_STDIN {
-        return Err(Error::new(
-            Kind::BadInput,
-            format!(
-                "network configuration on stdin is larger than {} MiB",
-                MAX_STDIN >> 20
-            ),
-        ));
+    let read = input.take(MAX_STDIN + 1).read_to_end(&mut buf);
+    read.map_err(|e| Error::new(Kind::Io, format!("cannot read stdin: {e}")))?;
+    if buf.len() as u64 > MAX_STDIN {
+        let mib = MAX_STDIN >> 20;
+        let msg = format!("network configuration on stdin is larger than {mib} MiB");
+        return Err(Error::new(Kind::BadInput, msg));
     }
     Ok(buf)
 }

@@ -11,15 +11,6 @@ pub enum Command {
 }
 
 impl Command {
-    pub const ALL: [Command; 6] = [
-        Command::Add,
-        Command::Del,
-        Command::Check,
-        Command::Status,
-        Command::Gc,
-        Command::Version,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Command::Add => "ADD",
@@ -31,7 +22,10 @@ impl Command {
         }
     }
 
+    /// The verb `as_str` names `s`.
     pub fn parse(s: &str) -> Option<Command> {
-        Command::ALL.into_iter().find(|c| c.as_str() == s)
+        use Command::*;
+        let all = [Add, Del, Check, Status, Gc, Version];
+        all.into_iter().find(|c| c.as_str() == s)
     }
 }

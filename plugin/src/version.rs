@@ -6,9 +6,9 @@
 //! Conversion works on JSON values, so fields a newer spec added (route `mtu`, interface
 //! `socketPath`, ...) survive instead of being dropped by a fixed struct.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Result};
 
 /// Versions the guard itself speaks (its own conflist's cniVersion).
 pub const SUPPORTED: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -27,15 +27,11 @@ impl Version {
 
     /// Parses `X.Y.Z` strictly: three decimal parts, nothing else.
     pub fn parse(s: &str) -> Option<Version> {
-        let mut parts = s.split('.');
-        let mut next = || -> Option<u32> {
-            let p = parts.next()?;
-            if p.is_empty() || p.len() > 9 || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            p.parse().ok()
-        };
-        let v = Version(next()?, next()?, next()?);
+        let mut parts = s.split('.').map(|p| {
+            let digits = (1..=9).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit());
+            p.parse().ok().filter(|_| digits)
+        });
+        let v = Version(parts.next()??, parts.next()??, parts.next()??);
         parts.next().is_none().then_some(v)
     }
 
@@ -68,11 +64,7 @@ impl Version {
 /// `fallback_version` is used when the result does not say its own version (libcni then assumes
 /// the version of the configuration that produced it). A result that cannot be converted is
 /// [`Kind::BadInput`]; the message says why ("result has ...") for the caller to put in context.
-pub fn convert_result(
-    result: &Value,
-    fallback_version: &str,
-    target: &str,
-) -> Result<Value, Error> {
+pub fn convert_result(result: &Value, fallback_version: &str, target: &str) -> Result<Value> {
     let obj = result
         .as_object()
         .ok_or_else(|| invalid("result is not a JSON object"))?;
@@ -102,8 +94,10 @@ pub fn convert_result(
             if dst >= Version::V1_0_0 {
                 ip.remove("version");
             } else if !ip.contains_key("version") {
-                let family = family_of(ip.get("address").and_then(Value::as_str).unwrap_or(""));
-                ip.insert("version".into(), Value::String(family.to_owned()));
+                // "4" or "6" from the CIDR address, as libcni's converter derives it.
+                let address = ip.get("address").and_then(Value::as_str).unwrap_or("");
+                let family = if address.contains(':') { "6" } else { "4" };
+                ip.insert("version".into(), family.into());
             }
         }
     }
@@ -115,23 +109,17 @@ fn invalid(msg: impl Into<String>) -> Error {
 }
 
 /// Light validation of a 0.3.0+ result: the list fields, when present, are lists of objects.
-fn check_shape(obj: &Map<String, Value>) -> Result<(), Error> {
+fn check_shape(obj: &Map<String, Value>) -> Result<()> {
+    let not_listed = |key| invalid(format!("result field {key:?} is not a list of objects"));
     for key in ["interfaces", "ips", "routes"] {
         match obj.get(key) {
             None | Some(Value::Null) => {}
             Some(Value::Array(items)) if items.iter().all(Value::is_object) => {}
-            Some(_) => {
-                return Err(invalid(format!(
-                    "result field {key:?} is not a list of objects"
-                )))
-            }
+            Some(_) => return Err(not_listed(key)),
         }
     }
     if let Some(Value::Array(ips)) = obj.get("ips") {
-        if ips
-            .iter()
-            .any(|ip| !ip.get("address").is_some_and(Value::is_string))
-        {
+        if ips.iter().any(|ip| !ip["address"].is_string()) {
             return Err(invalid("result has an ips entry without an address"));
         }
     }
@@ -141,17 +129,8 @@ fn check_shape(obj: &Map<String, Value>) -> Result<(), Error> {
     }
 }
 
-/// "4" or "6" from a CIDR address, as libcni's converter derives `version`.
-fn family_of(address: &str) -> &'static str {
-    if address.contains(':') {
-        "6"
-    } else {
-        "4"
-    }
-}
-
 /// 0.1.0/0.2.0 (`ip4`, `ip6`, `dns`) to the 0.3.0+ shape.
-fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>, Error> {
+fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>> {
     let mut ips = Vec::new();
     let mut routes = Vec::new();
     for (key, family) in [("ip4", "4"), ("ip6", "6")] {
@@ -163,23 +142,20 @@ fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>, Error> {
             .get("ip")
             .and_then(Value::as_str)
             .ok_or_else(|| invalid(format!("result field {key:?} has no ip")))?;
-        let mut ip = Map::new();
-        ip.insert("version".into(), family.into());
-        ip.insert("address".into(), address.into());
+        let mut ip = json!({"version": family, "address": address});
         if let Some(gw) = cfg.get("gateway") {
-            ip.insert("gateway".into(), gw.clone());
+            ip["gateway"] = gw.clone();
         }
-        ips.push(Value::Object(ip));
+        ips.push(ip);
         if let Some(Value::Array(rs)) = cfg.get("routes") {
             routes.extend(rs.iter().cloned());
         }
     }
     let mut out = Map::new();
-    if !ips.is_empty() {
-        out.insert("ips".into(), Value::Array(ips));
-    }
-    if !routes.is_empty() {
-        out.insert("routes".into(), Value::Array(routes));
+    for (key, list) in [("ips", ips), ("routes", routes)] {
+        if !list.is_empty() {
+            out.insert(key.into(), Value::Array(list));
+        }
     }
     if let Some(dns) = obj.get("dns") {
         out.insert("dns".into(), dns.clone());
@@ -191,7 +167,6 @@ fn from_020(obj: &Map<String, Value>) -> Result<Map<String, Value>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn parses_strictly() {

@@ -51,7 +51,7 @@ pub fn guard_config(data: &[u8]) {
             assert!(cfg.delegate.is_absolute(), "{:?}", cfg.delegate);
             assert!(cfg.attachments.iter().all(|a| a.is_absolute()));
             assert!(cfg.cache_dir.is_absolute());
-            assert!(cfg.wait.as_secs_f64() <= config::MAX_WAIT_SECONDS);
+            assert!(cfg.wait.as_secs_f64() <= config::WAIT.max);
             for p in std::iter::once(&cfg.delegate).chain(&cfg.attachments) {
                 let s = p.as_os_str().as_encoded_bytes();
                 assert!(!s.iter().any(u8::is_ascii_control), "{p:?}");
@@ -172,9 +172,9 @@ pub fn request(data: &[u8]) {
     let stdin = defuse(stdin);
     let outcome = cni::handle(&getenv, &mut &stdin[..]);
     assert!(
-        !cni_guard::log::invocation_line(&outcome).contains(['\n', '\r', '\0']),
+        !outcome.line.contains(['\n', '\r', '\0']),
         "log line: {:?}",
-        cni_guard::log::invocation_line(&outcome)
+        outcome.line
     );
     match outcome.action {
         Action::Reply { stdout, exit: 0 } => {

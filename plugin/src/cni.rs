@@ -21,7 +21,7 @@ use crate::readiness::{self, Report};
 use crate::records::{Record, Store};
 use crate::request::{self, Command, Request};
 use crate::version::{Version, SUPPORTED};
-use crate::{invoke, teardown, wait};
+use crate::{teardown, wait};
 
 /// What the process does once the guard has decided.
 #[derive(Debug)]
@@ -315,7 +315,7 @@ pub(crate) fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> Gua
 }
 
 /// Records `list` for the attachment, then runs its ADD: by exec when it is one plugin at the
-/// guard's version that can be exec'd, else as children.
+/// guard's version that can be exec'd ([`delegate::exec_plan`]), else as children.
 fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx) -> Result<Done> {
     let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     store.write(&Record {
@@ -330,12 +330,11 @@ fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx)
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev)? {
         // The exec'd delegate must hold the attachment's lock; if the lock cannot be handed
         // over, the delegate runs as a child instead, with the guard holding it.
-        match invoke::can_exec(&plugin).then(|| store.exec_lock()) {
-            Some(Ok(lock)) => return Ok(Done::Exec(plugin, config, lock)),
-            Some(Err(e)) => ctx.warnings.push(format!(
+        match store.exec_lock() {
+            Ok(lock) => return Ok(Done::Exec(plugin, config, lock)),
+            Err(e) => ctx.warnings.push(format!(
                 "cannot keep the attachment locked across exec ({e}): running the delegate as a child"
             )),
-            None => {}
         }
     }
     let (e, rolled_back) = match delegate::add(&list, cfg, &req.cni_path, &Deadline::start(cfg)) {
@@ -370,16 +369,9 @@ fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
     if !list.version().has_check() || list.disable_check {
         return Ok(Done::Empty("check-skipped"));
     }
-    let prev = cfg
-        .prev_result
-        .as_ref()
-        .map(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version))
-        .transpose()
-        .map_err(|e| Error::new(Kind::BadInput, format!("invalid prevResult: {}", e.msg())))?;
+    let prev = delegate::prev_result(&list, cfg)?;
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev.as_ref())? {
-        if invoke::can_exec(&plugin) {
-            return Ok(Done::Exec(plugin, config, None));
-        }
+        return Ok(Done::Exec(plugin, config, None));
     }
     delegate::check(&list, cfg, &req.cni_path, &Deadline::start(cfg))?;
     Ok(Done::Empty("checked"))

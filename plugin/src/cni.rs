@@ -114,15 +114,12 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         Ok(Done::Empty(what)) => (reply(Vec::new(), 0), "done", format!("decision={what}")),
         Ok(Done::Exec(plugin, config, lock)) => {
             let note = format!("decision=exec plugin={}", plugin.display());
-            (
-                Action::Exec {
-                    plugin,
-                    config,
-                    lock,
-                },
-                "exec",
-                note,
-            )
+            let exec = Action::Exec {
+                plugin,
+                config,
+                lock,
+            };
+            (exec, "exec", note)
         }
         Err(e) => {
             let code = e.code(reply_verb);
@@ -132,7 +129,6 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
             };
             ctx.reason = ctx.reason.or(match e.kind() {
                 Kind::Busy => Some("busy"),
-                Kind::TimedOut => Some("status-timeout"),
                 Kind::NotReady => Some("not-ready"),
                 _ => None,
             });
@@ -173,16 +169,13 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
 
 /// Log values come from the runtime: keep them on one line, cut to 128 characters.
 fn printable(s: &str) -> String {
-    let s: String = s
-        .chars()
+    if s.is_empty() {
+        return "-".to_owned();
+    }
+    s.chars()
         .take(128)
         .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if s.is_empty() {
-        "-".to_owned()
-    } else {
-        s
-    }
+        .collect()
 }
 
 fn dispatch(
@@ -231,11 +224,13 @@ pub(crate) fn wait_ready(
     report
 }
 
-/// The refusal a report makes, counted under its reason.
-fn refusal(report: &Report, ctx: &mut Ctx) -> Option<Error> {
-    let e = report.error()?;
-    ctx.reason = report.label();
-    Some(e)
+/// The delegate of a ready report, or the refusal the report makes, counted under its reason.
+fn ready(report: Report, ctx: &mut Ctx) -> Result<NetworkConfig> {
+    if let Some(e) = report.error() {
+        ctx.reason = report.label();
+        return Err(e);
+    }
+    Ok(report.delegate.expect("a ready report has the delegate"))
 }
 
 /// ADD: refuse (11, or 7) until the delegate network is complete; then record the delegate
@@ -246,29 +241,23 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     if let Some(per_pod) = &cfg.per_pod {
         let first = readiness::check(cfg, &req.cni_path).error();
         // Only a delegate that is not there yet is bypassed; a misconfiguration (7) is not.
-        match first.filter(|e| *e.kind() == Kind::NotReady) {
-            None => {}
-            Some(delegate) => match perpod::need(per_pod, cfg, req) {
+        if let Some(delegate) = first.filter(|e| *e.kind() == Kind::NotReady) {
+            match perpod::need(per_pod, cfg, req) {
                 perpod::Need::PrimaryOnly => return add_primary(req, cfg, per_pod, delegate, ctx),
                 perpod::Need::Multus(why) => {
                     ctx.notes.push(("perpod", "needs-multus".to_owned()));
                     needs_multus = Some(format!("per-pod: {why}"));
                 }
-            },
+            }
         }
     }
     let report = wait_ready(req, cfg, cfg.wait, ctx);
-    if let Some(e) = refusal(&report, ctx) {
+    let list = ready(report, ctx).map_err(|e| {
         let details = [e.details().map(str::to_owned), needs_multus];
         let details: Vec<String> = details.into_iter().flatten().collect();
-        return Err(e.with_details(details.join("; ")));
-    }
-    run_add(
-        req,
-        cfg,
-        report.delegate.expect("a ready report has the delegate"),
-        ctx,
-    )
+        e.with_details(details.join("; "))
+    })?;
+    run_add(req, cfg, list, ctx)
 }
 
 /// Per-pod awareness: the pod needs no Multus network and the delegate is not ready, so the
@@ -284,19 +273,14 @@ fn add_primary(
 ) -> Result<Done> {
     let primary = primary_config(cfg, per_pod);
     let report = wait_ready(req, &primary, Duration::ZERO, ctx);
-    if let Some(e) = refusal(&report, ctx) {
-        return Err(e.with_details(format!(
+    let list = ready(report, ctx).map_err(|e| {
+        e.with_details(format!(
             "per-pod: the pod needs no Multus network, but the primary is not ready either; the delegate: {}",
             delegate.msg()
-        )));
-    }
+        ))
+    })?;
     ctx.notes.push(("perpod", "primary".to_owned()));
-    run_add(
-        req,
-        &primary,
-        report.delegate.expect("a ready report has the delegate"),
-        ctx,
-    )
+    run_add(req, &primary, list, ctx)
 }
 
 /// The guard's configuration with the primary as the delegate: no attachments or sockets of
@@ -355,12 +339,8 @@ fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx)
 fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
     require(cfg, Version::V0_4_0, "CHECK")?;
     let mut store = Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
-    let list = match store
-        .as_mut()
-        .map(|s| teardown::recorded(s, req, cfg))
-        .transpose()?
-        .flatten()
-    {
+    let recorded = store.as_mut().map(|s| teardown::recorded(s, req, cfg));
+    let list = match recorded.transpose()?.flatten() {
         Some(list) => list,
         // Not ready (11) or misconfigured (7), as the problem is.
         None => NetworkConfig::load(&cfg.delegate, &cfg.plugin_type)
@@ -382,10 +362,7 @@ fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     require(cfg, Version::V1_1_0, "STATUS")?;
     let report = readiness::check(cfg, &req.cni_path);
     warn_loose(&report, ctx);
-    if let Some(e) = refusal(&report, ctx) {
-        return Err(e);
-    }
-    let list = report.delegate.expect("a ready report has the delegate");
+    let list = ready(report, ctx)?;
     if let Err(e) = delegate::status(&list, cfg, &req.cni_path) {
         ctx.reason = Some(match e.kind() {
             Kind::TimedOut => "status-timeout",

@@ -49,9 +49,6 @@ pub fn build_config(
     let version = Value::String(list.cni_version.clone());
     conf.insert("name", &name);
     conf.insert("cniVersion", &version);
-    if let Some(prev) = prev_result {
-        conf.insert("prevResult", prev);
-    }
     let caps = plugin.get("capabilities");
     let declared =
         |cap: &String| caps.and_then(|c| c.get(cap)).and_then(Value::as_bool) == Some(true);
@@ -61,20 +58,20 @@ pub fn build_config(
         .filter(|(cap, _)| declared(cap))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let runtime_config = Value::Object(runtime_config);
-    if runtime_config.as_object().is_some_and(|m| !m.is_empty()) {
-        conf.insert("runtimeConfig", &runtime_config);
-    }
+    let runtime_config = (!runtime_config.is_empty()).then_some(Value::Object(runtime_config));
     let args = guard.args.as_ref().map(|args| {
         let own = plugin.get("args").and_then(Value::as_object);
         let mut merged = own.cloned().unwrap_or_default();
-        merged.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
+        merged.extend(args.clone());
         Value::Object(merged)
     });
-    if let Some(args) = &args {
-        conf.insert("args", args);
-    }
-    conf.extend(extra.iter().map(|(k, v)| (*k, *v)));
+    let optional = [
+        ("prevResult", prev_result),
+        ("runtimeConfig", runtime_config.as_ref()),
+        ("args", args.as_ref()),
+    ];
+    conf.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+    conf.extend(extra.iter().copied());
     serde_json::to_vec(&conf).expect("JSON values always serialize")
 }
 
@@ -87,13 +84,18 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// `delegateTimeoutSeconds` from now.
-    pub fn start(guard: &GuardConfig) -> Deadline {
+    /// `whole`, the value of `key`, from now.
+    fn new(whole: Duration, key: &'static str) -> Deadline {
         Deadline {
             start: Instant::now(),
-            whole: guard.delegate_timeout,
-            key: "delegateTimeoutSeconds",
+            whole,
+            key,
         }
+    }
+
+    /// `delegateTimeoutSeconds` from now.
+    pub fn start(guard: &GuardConfig) -> Deadline {
+        Deadline::new(guard.delegate_timeout, "delegateTimeoutSeconds")
     }
 
     /// The end of everything: the verb's plugins, and for ADD its rollback.
@@ -294,11 +296,7 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     if !list.version().has_status_and_gc() {
         return Ok(());
     }
-    let deadline = Deadline {
-        start: Instant::now(),
-        whole: guard.status_timeout,
-        key: "statusTimeoutSeconds",
-    };
+    let deadline = Deadline::new(guard.status_timeout, "statusTimeoutSeconds");
     let each = Each::new(Command::Status, None);
     first(each.run(list, &list.plugins, guard, cni_path, &deadline)).map_err(|e| {
         if *e.kind() != Kind::TimedOut {

@@ -20,7 +20,7 @@ use crate::perpod;
 use crate::readiness::{self, Report};
 use crate::records::{Record, Store};
 use crate::request::{self, Command, Request};
-use crate::version::{Version, SUPPORTED};
+use crate::version::{Version, LATEST, SUPPORTED};
 use crate::{teardown, wait};
 
 /// What the process does once the guard has decided.
@@ -82,9 +82,7 @@ static REPLY_VERSION: OnceLock<String> = OnceLock::new();
 
 /// The version to answer in so far: the request's, or the newest before it is read.
 pub fn reply_version() -> &'static str {
-    REPLY_VERSION
-        .get()
-        .map_or(crate::version::LATEST, String::as_str)
+    REPLY_VERSION.get().map_or(LATEST, String::as_str)
 }
 
 /// Handles one invocation. `getenv` and `stdin` are the runtime's; nothing is printed here.
@@ -178,13 +176,9 @@ fn printable(s: &str) -> String {
         .collect()
 }
 
-fn dispatch(
-    getenv: &dyn Fn(&str) -> Option<OsString>,
-    stdin: &[u8],
-    ctx: &mut Ctx,
-) -> Result<Done> {
-    let command = request::command(getenv)?;
-    let req = request::parse_env(command, getenv)?;
+fn dispatch(env: &dyn Fn(&str) -> Option<OsString>, stdin: &[u8], ctx: &mut Ctx) -> Result<Done> {
+    let command = request::command(env)?;
+    let req = request::parse_env(command, env)?;
     if command == Command::Version {
         return Ok(Done::Result(serde_json::json!({
             "cniVersion": config::reply_version(stdin),
@@ -420,8 +414,7 @@ fn require(cfg: &GuardConfig, since: Version, verb: &str) -> Result<()> {
 }
 
 fn warn_loose(report: &Report, ctx: &mut Ctx) {
-    for p in &report.warnings {
-        ctx.warnings
-            .push(format!("{} is writable by group or others", p.display()));
-    }
+    let loose = report.warnings.iter().map(|p| p.display());
+    ctx.warnings
+        .extend(loose.map(|p| format!("{p} is writable by group or others")));
 }

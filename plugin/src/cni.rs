@@ -20,8 +20,8 @@ use crate::perpod;
 use crate::readiness::{self, Report};
 use crate::records::{Record, Store};
 use crate::request::{self, Command, Request};
-use crate::version::{Version, SUPPORTED};
-use crate::{invoke, teardown, wait};
+use crate::version::{Version, LATEST, SUPPORTED};
+use crate::{teardown, wait};
 
 /// What the process does once the guard has decided.
 #[derive(Debug)]
@@ -82,9 +82,7 @@ static REPLY_VERSION: OnceLock<String> = OnceLock::new();
 
 /// The version to answer in so far: the request's, or the newest before it is read.
 pub fn reply_version() -> &'static str {
-    REPLY_VERSION
-        .get()
-        .map_or(crate::version::LATEST, String::as_str)
+    REPLY_VERSION.get().map_or(LATEST, String::as_str)
 }
 
 /// Handles one invocation. `getenv` and `stdin` are the runtime's; nothing is printed here.
@@ -114,15 +112,12 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
         Ok(Done::Empty(what)) => (reply(Vec::new(), 0), "done", format!("decision={what}")),
         Ok(Done::Exec(plugin, config, lock)) => {
             let note = format!("decision=exec plugin={}", plugin.display());
-            (
-                Action::Exec {
-                    plugin,
-                    config,
-                    lock,
-                },
-                "exec",
-                note,
-            )
+            let exec = Action::Exec {
+                plugin,
+                config,
+                lock,
+            };
+            (exec, "exec", note)
         }
         Err(e) => {
             let code = e.code(reply_verb);
@@ -132,7 +127,6 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
             };
             ctx.reason = ctx.reason.or(match e.kind() {
                 Kind::Busy => Some("busy"),
-                Kind::TimedOut => Some("status-timeout"),
                 Kind::NotReady => Some("not-ready"),
                 _ => None,
             });
@@ -173,25 +167,18 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
 
 /// Log values come from the runtime: keep them on one line, cut to 128 characters.
 fn printable(s: &str) -> String {
-    let s: String = s
-        .chars()
+    if s.is_empty() {
+        return "-".to_owned();
+    }
+    s.chars()
         .take(128)
         .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if s.is_empty() {
-        "-".to_owned()
-    } else {
-        s
-    }
+        .collect()
 }
 
-fn dispatch(
-    getenv: &dyn Fn(&str) -> Option<OsString>,
-    stdin: &[u8],
-    ctx: &mut Ctx,
-) -> Result<Done> {
-    let command = request::command(getenv)?;
-    let req = request::parse_env(command, getenv)?;
+fn dispatch(env: &dyn Fn(&str) -> Option<OsString>, stdin: &[u8], ctx: &mut Ctx) -> Result<Done> {
+    let command = request::command(env)?;
+    let req = request::parse_env(command, env)?;
     if command == Command::Version {
         return Ok(Done::Result(serde_json::json!({
             "cniVersion": config::reply_version(stdin),
@@ -231,11 +218,13 @@ pub(crate) fn wait_ready(
     report
 }
 
-/// The refusal a report makes, counted under its reason.
-fn refusal(report: &Report, ctx: &mut Ctx) -> Option<Error> {
-    let e = report.error()?;
-    ctx.reason = report.label();
-    Some(e)
+/// The delegate of a ready report, or the refusal the report makes, counted under its reason.
+fn ready(report: Report, ctx: &mut Ctx) -> Result<NetworkConfig> {
+    if let Some(e) = report.error() {
+        ctx.reason = report.label();
+        return Err(e);
+    }
+    Ok(report.delegate.expect("a ready report has the delegate"))
 }
 
 /// ADD: refuse (11, or 7) until the delegate network is complete; then record the delegate
@@ -246,29 +235,23 @@ fn add(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     if let Some(per_pod) = &cfg.per_pod {
         let first = readiness::check(cfg, &req.cni_path).error();
         // Only a delegate that is not there yet is bypassed; a misconfiguration (7) is not.
-        match first.filter(|e| *e.kind() == Kind::NotReady) {
-            None => {}
-            Some(delegate) => match perpod::need(per_pod, cfg, req) {
+        if let Some(delegate) = first.filter(|e| *e.kind() == Kind::NotReady) {
+            match perpod::need(per_pod, cfg, req) {
                 perpod::Need::PrimaryOnly => return add_primary(req, cfg, per_pod, delegate, ctx),
                 perpod::Need::Multus(why) => {
                     ctx.notes.push(("perpod", "needs-multus".to_owned()));
                     needs_multus = Some(format!("per-pod: {why}"));
                 }
-            },
+            }
         }
     }
     let report = wait_ready(req, cfg, cfg.wait, ctx);
-    if let Some(e) = refusal(&report, ctx) {
+    let list = ready(report, ctx).map_err(|e| {
         let details = [e.details().map(str::to_owned), needs_multus];
         let details: Vec<String> = details.into_iter().flatten().collect();
-        return Err(e.with_details(details.join("; ")));
-    }
-    run_add(
-        req,
-        cfg,
-        report.delegate.expect("a ready report has the delegate"),
-        ctx,
-    )
+        e.with_details(details.join("; "))
+    })?;
+    run_add(req, cfg, list, ctx)
 }
 
 /// Per-pod awareness: the pod needs no Multus network and the delegate is not ready, so the
@@ -284,19 +267,14 @@ fn add_primary(
 ) -> Result<Done> {
     let primary = primary_config(cfg, per_pod);
     let report = wait_ready(req, &primary, Duration::ZERO, ctx);
-    if let Some(e) = refusal(&report, ctx) {
-        return Err(e.with_details(format!(
+    let list = ready(report, ctx).map_err(|e| {
+        e.with_details(format!(
             "per-pod: the pod needs no Multus network, but the primary is not ready either; the delegate: {}",
             delegate.msg()
-        )));
-    }
+        ))
+    })?;
     ctx.notes.push(("perpod", "primary".to_owned()));
-    run_add(
-        req,
-        &primary,
-        report.delegate.expect("a ready report has the delegate"),
-        ctx,
-    )
+    run_add(req, &primary, list, ctx)
 }
 
 /// The guard's configuration with the primary as the delegate: no attachments or sockets of
@@ -315,7 +293,7 @@ pub(crate) fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> Gua
 }
 
 /// Records `list` for the attachment, then runs its ADD: by exec when it is one plugin at the
-/// guard's version that can be exec'd, else as children.
+/// guard's version that can be exec'd ([`delegate::exec_plan`]), else as children.
 fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx) -> Result<Done> {
     let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     store.write(&Record {
@@ -330,12 +308,11 @@ fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx)
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev)? {
         // The exec'd delegate must hold the attachment's lock; if the lock cannot be handed
         // over, the delegate runs as a child instead, with the guard holding it.
-        match invoke::can_exec(&plugin).then(|| store.exec_lock()) {
-            Some(Ok(lock)) => return Ok(Done::Exec(plugin, config, lock)),
-            Some(Err(e)) => ctx.warnings.push(format!(
+        match store.exec_lock() {
+            Ok(lock) => return Ok(Done::Exec(plugin, config, lock)),
+            Err(e) => ctx.warnings.push(format!(
                 "cannot keep the attachment locked across exec ({e}): running the delegate as a child"
             )),
-            None => {}
         }
     }
     let (e, rolled_back) = match delegate::add(&list, cfg, &req.cni_path, &Deadline::start(cfg)) {
@@ -356,12 +333,8 @@ fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx)
 fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
     require(cfg, Version::V0_4_0, "CHECK")?;
     let mut store = Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
-    let list = match store
-        .as_mut()
-        .map(|s| teardown::recorded(s, req, cfg))
-        .transpose()?
-        .flatten()
-    {
+    let recorded = store.as_mut().map(|s| teardown::recorded(s, req, cfg));
+    let list = match recorded.transpose()?.flatten() {
         Some(list) => list,
         // Not ready (11) or misconfigured (7), as the problem is.
         None => NetworkConfig::load(&cfg.delegate, &cfg.plugin_type)
@@ -370,16 +343,9 @@ fn check(req: &Request, cfg: &GuardConfig) -> Result<Done> {
     if !list.version().has_check() || list.disable_check {
         return Ok(Done::Empty("check-skipped"));
     }
-    let prev = cfg
-        .prev_result
-        .as_ref()
-        .map(|p| crate::version::convert_result(p, &cfg.cni_version, &list.cni_version))
-        .transpose()
-        .map_err(|e| Error::new(Kind::BadInput, format!("invalid prevResult: {}", e.msg())))?;
+    let prev = delegate::prev_result(&list, cfg)?;
     if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev.as_ref())? {
-        if invoke::can_exec(&plugin) {
-            return Ok(Done::Exec(plugin, config, None));
-        }
+        return Ok(Done::Exec(plugin, config, None));
     }
     delegate::check(&list, cfg, &req.cni_path, &Deadline::start(cfg))?;
     Ok(Done::Empty("checked"))
@@ -390,10 +356,7 @@ fn status(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
     require(cfg, Version::V1_1_0, "STATUS")?;
     let report = readiness::check(cfg, &req.cni_path);
     warn_loose(&report, ctx);
-    if let Some(e) = refusal(&report, ctx) {
-        return Err(e);
-    }
-    let list = report.delegate.expect("a ready report has the delegate");
+    let list = ready(report, ctx)?;
     if let Err(e) = delegate::status(&list, cfg, &req.cni_path) {
         ctx.reason = Some(match e.kind() {
             Kind::TimedOut => "status-timeout",
@@ -451,8 +414,7 @@ fn require(cfg: &GuardConfig, since: Version, verb: &str) -> Result<()> {
 }
 
 fn warn_loose(report: &Report, ctx: &mut Ctx) {
-    for p in &report.warnings {
-        ctx.warnings
-            .push(format!("{} is writable by group or others", p.display()));
-    }
+    let loose = report.warnings.iter().map(|p| p.display());
+    ctx.warnings
+        .extend(loose.map(|p| format!("{p} is writable by group or others")));
 }

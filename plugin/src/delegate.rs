@@ -49,9 +49,6 @@ pub fn build_config(
     let version = Value::String(list.cni_version.clone());
     conf.insert("name", &name);
     conf.insert("cniVersion", &version);
-    if let Some(prev) = prev_result {
-        conf.insert("prevResult", prev);
-    }
     let caps = plugin.get("capabilities");
     let declared =
         |cap: &String| caps.and_then(|c| c.get(cap)).and_then(Value::as_bool) == Some(true);
@@ -61,20 +58,20 @@ pub fn build_config(
         .filter(|(cap, _)| declared(cap))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let runtime_config = Value::Object(runtime_config);
-    if runtime_config.as_object().is_some_and(|m| !m.is_empty()) {
-        conf.insert("runtimeConfig", &runtime_config);
-    }
+    let runtime_config = (!runtime_config.is_empty()).then_some(Value::Object(runtime_config));
     let args = guard.args.as_ref().map(|args| {
         let own = plugin.get("args").and_then(Value::as_object);
         let mut merged = own.cloned().unwrap_or_default();
-        merged.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
+        merged.extend(args.clone());
         Value::Object(merged)
     });
-    if let Some(args) = &args {
-        conf.insert("args", args);
-    }
-    conf.extend(extra.iter().map(|(k, v)| (*k, *v)));
+    let optional = [
+        ("prevResult", prev_result),
+        ("runtimeConfig", runtime_config.as_ref()),
+        ("args", args.as_ref()),
+    ];
+    conf.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+    conf.extend(extra.iter().copied());
     serde_json::to_vec(&conf).expect("JSON values always serialize")
 }
 
@@ -87,13 +84,18 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// `delegateTimeoutSeconds` from now.
-    pub fn start(guard: &GuardConfig) -> Deadline {
+    /// `whole`, the value of `key`, from now.
+    fn new(whole: Duration, key: &'static str) -> Deadline {
         Deadline {
             start: Instant::now(),
-            whole: guard.delegate_timeout,
-            key: "delegateTimeoutSeconds",
+            whole,
+            key,
         }
+    }
+
+    /// `delegateTimeoutSeconds` from now.
+    pub fn start(guard: &GuardConfig) -> Deadline {
+        Deadline::new(guard.delegate_timeout, "delegateTimeoutSeconds")
     }
 
     /// The end of everything: the verb's plugins, and for ADD its rollback.
@@ -117,19 +119,16 @@ impl Deadline {
     /// Runs one plugin for `verb` until `until`; past it the plugin's group is killed and the
     /// error says how much of the verb's deadline it had.
     fn run(&self, binary: &Path, verb: Command, conf: &[u8], until: Instant) -> Result<Vec<u8>> {
-        let had = until.saturating_duration_since(Instant::now());
+        let had = seconds(until.saturating_duration_since(Instant::now()));
+        let whole = seconds(self.whole);
         invoke::run_until(binary, verb, conf, until, || {
-            Error::new(
-                Kind::TimedOut,
-                format!(
-                    "plugin {} did not finish its {} within {}s and was killed ({} {}s bounds all of the verb's plugin runs, rollback included)",
-                    binary.display(),
-                    verb.as_str(),
-                    seconds(had),
-                    self.key,
-                    seconds(self.whole)
-                ),
-            )
+            let plugin = binary.display();
+            let msg = format!(
+                "plugin {plugin} did not finish its {} within {had}s and was killed ({} {whole}s bounds all of the verb's plugin runs, rollback included)",
+                verb.as_str(),
+                self.key,
+            );
+            Error::new(Kind::TimedOut, msg)
         })
     }
 }
@@ -141,7 +140,8 @@ fn seconds(d: Duration) -> String {
 }
 
 /// When the delegate is one plugin speaking the guard's cniVersion, its output needs no
-/// conversion: the guard can exec it and cost the pod one exec. Returns the binary and stdin.
+/// conversion: the guard can exec it and cost the pod one exec. Returns the binary and stdin,
+/// when the binary can be exec'd as it is ([`invoke::can_exec`]).
 pub fn exec_plan(
     list: &NetworkConfig,
     guard: &GuardConfig,
@@ -152,8 +152,9 @@ pub fn exec_plan(
         return Ok(None);
     }
     let plugin = &list.plugins[0];
+    let binary = find(plugin, cni_path)?;
     let conf = build_config(plugin, list, guard, prev_result, &[]);
-    Ok(Some((find(plugin, cni_path)?, conf)))
+    Ok(invoke::can_exec(&binary).then_some((binary, conf)))
 }
 
 /// ADD through every plugin; returns the final result in the guard's cniVersion.
@@ -164,12 +165,7 @@ pub fn add(
     cni_path: &[PathBuf],
     deadline: &Deadline,
 ) -> std::result::Result<Value, (Error, bool)> {
-    let prev = guard.prev_result.as_ref();
-    let mut prev = prev
-        .map(|p| to_version(p, &guard.cni_version, &list.cni_version))
-        .transpose()
-        .map_err(|e| (e, true))?
-        .flatten();
+    let mut prev = prev_result(list, guard).map_err(|e| (e, true))?;
     for (i, plugin) in list.plugins.iter().enumerate() {
         let step = find(plugin, cni_path).and_then(|binary| {
             let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
@@ -182,7 +178,8 @@ pub fn add(
                 // As the list's own DEL: no prevResult for versions whose DEL has none; each
                 // plugin run so far, the failing one included, with its share of what is left.
                 let prev = prev.filter(|_| list.version().has_cached_result());
-                let each = Each::new(Command::Del, prev.as_ref(), true);
+                let mut each = Each::new(Command::Del, prev.as_ref());
+                each.keep_going = true;
                 let errors = each.run(list, &list.plugins[..=i], guard, cni_path, deadline);
                 return Err((e, errors.is_empty()));
             }
@@ -196,33 +193,30 @@ pub fn add(
     })
 }
 
-/// How a verb other than ADD runs a list's plugins: no result is threaded.
+/// How a verb other than ADD runs a list's plugins: no result is threaded. DEL (and ADD's
+/// rollback) runs the list in reverse. Where every plugin must get its chance, DEL and GC, each
+/// gets a share of the time left; otherwise each plugin may take all that is left.
 struct Each<'a> {
     verb: Command,
     prev: Option<&'a Value>,
-    /// DEL's order (and its rollback's): the list in reverse.
-    reverse: bool,
     /// Keys the runtime sent that go to every plugin as sent (GC's attachment lists).
     extra: Vec<(&'a str, &'a Value)>,
     /// Plugins of the verb still to run after these (a DEL's second list): each plugin's share
     /// counts them.
     after: usize,
-    /// Every plugin gets its chance (a share of the time left, and its turn after a failure);
-    /// otherwise the first failure ends the run, and each plugin may take all that is left.
-    each_its_chance: bool,
+    /// Every plugin gets its turn after a failure (GC, ADD's rollback); otherwise the first
+    /// failure ends the run.
     keep_going: bool,
 }
 
 impl<'a> Each<'a> {
-    fn new(verb: Command, prev: Option<&'a Value>, reverse: bool) -> Each<'a> {
+    fn new(verb: Command, prev: Option<&'a Value>) -> Each<'a> {
         Each {
             verb,
             prev,
-            reverse,
             extra: Vec::new(),
             after: 0,
-            each_its_chance: true,
-            keep_going: true,
+            keep_going: verb == Command::Gc,
         }
     }
 
@@ -236,14 +230,14 @@ impl<'a> Each<'a> {
         deadline: &Deadline,
     ) -> Vec<Error> {
         let mut order: Vec<&Map<String, Value>> = plugins.iter().collect();
-        if self.reverse {
+        if self.verb == Command::Del {
             order.reverse();
         }
         let mut errors = Vec::new();
         for (done, plugin) in order.iter().enumerate() {
-            let until = match self.each_its_chance {
-                true => deadline.share(order.len() + self.after - done),
-                false => deadline.end(),
+            let until = match self.verb {
+                Command::Del | Command::Gc => deadline.share(order.len() + self.after - done),
+                _ => deadline.end(),
             };
             let ran = find(plugin, cni_path).and_then(|binary| {
                 let conf = build_config(plugin, list, guard, self.prev, &self.extra);
@@ -271,23 +265,26 @@ pub fn del(
     deadline: &Deadline,
     after: usize,
 ) -> Result<()> {
-    let prev = cached_result(list, guard)?;
-    let mut each = Each::new(Command::Del, prev.as_ref(), true);
-    (each.after, each.keep_going) = (after, false);
+    let prev = match list.version().has_cached_result() {
+        true => prev_result(list, guard)?,
+        false => None,
+    };
+    let mut each = Each::new(Command::Del, prev.as_ref());
+    each.after = after;
     first(each.run(list, &list.plugins, guard, cni_path, deadline))
 }
 
 /// CHECK through every plugin, each given the runtime's prevResult in the delegate's version.
-/// The caller has excluded versions before 0.4.0 and `disableCheck`.
+/// The caller has excluded versions before 0.4.0 (which have no CHECK, nor a cached result to
+/// give it) and `disableCheck`.
 pub fn check(
     list: &NetworkConfig,
     guard: &GuardConfig,
     cni_path: &[PathBuf],
     deadline: &Deadline,
 ) -> Result<()> {
-    let prev = cached_result(list, guard)?;
-    let mut each = Each::new(Command::Check, prev.as_ref(), false);
-    (each.each_its_chance, each.keep_going) = (false, false);
+    let prev = prev_result(list, guard)?;
+    let each = Each::new(Command::Check, prev.as_ref());
     first(each.run(list, &list.plugins, guard, cni_path, deadline))
 }
 
@@ -299,22 +296,15 @@ pub fn status(list: &NetworkConfig, guard: &GuardConfig, cni_path: &[PathBuf]) -
     if !list.version().has_status_and_gc() {
         return Ok(());
     }
-    let deadline = Deadline {
-        start: Instant::now(),
-        whole: guard.status_timeout,
-        key: "statusTimeoutSeconds",
-    };
-    let mut each = Each::new(Command::Status, None, false);
-    (each.each_its_chance, each.keep_going) = (false, false);
+    let deadline = Deadline::new(guard.status_timeout, "statusTimeoutSeconds");
+    let each = Each::new(Command::Status, None);
     first(each.run(list, &list.plugins, guard, cni_path, &deadline)).map_err(|e| {
         if *e.kind() != Kind::TimedOut {
             return e;
         }
-        let msg = format!(
-            "cni-guard: delegate {} did not answer STATUS: {}",
-            list.path.display(),
-            e.msg()
-        );
+        let path = list.path.display();
+        let why = e.msg();
+        let msg = format!("cni-guard: delegate {path} did not answer STATUS: {why}");
         e.with_msg(msg)
     })
 }
@@ -332,7 +322,7 @@ pub fn gc(
     if !list.version().has_status_and_gc() || list.disable_gc {
         return Vec::new();
     }
-    let mut each = Each::new(Command::Gc, None, false);
+    let mut each = Each::new(Command::Gc, None);
     each.extra = guard.gc_attachments.iter().map(|(k, v)| (*k, v)).collect();
     each.run(list, &list.plugins, guard, cni_path, deadline)
 }
@@ -342,23 +332,14 @@ fn first(errors: Vec<Error>) -> Result<()> {
     errors.into_iter().next().map_or(Ok(()), Err)
 }
 
-/// The prevResult for DEL and CHECK: what the runtime cached from the guard's ADD, converted.
-fn cached_result(list: &NetworkConfig, guard: &GuardConfig) -> Result<Option<Value>> {
-    if !list.version().has_cached_result() {
+/// The runtime's prevResult for the plugins of `list`, converted to the list's version; plugins
+/// before 0.3.0 get none.
+pub fn prev_result(list: &NetworkConfig, guard: &GuardConfig) -> Result<Option<Value>> {
+    let prev = guard.prev_result.as_ref();
+    let Some(prev) = prev.filter(|_| list.version() >= Version::V0_3_0) else {
         return Ok(None);
-    }
-    match &guard.prev_result {
-        Some(p) => to_version(p, &guard.cni_version, &list.cni_version),
-        None => Ok(None),
-    }
-}
-
-/// Converts a result for a plugin at `target`; plugins before 0.3.0 get no prevResult.
-fn to_version(result: &Value, from: &str, target: &str) -> Result<Option<Value>> {
-    if Version::parse(target).is_some_and(|v| v < Version::V0_3_0) {
-        return Ok(None);
-    }
-    convert_result(result, from, target)
+    };
+    convert_result(prev, &guard.cni_version, &list.cni_version)
         .map(Some)
         .map_err(|e| Error::new(Kind::BadInput, format!("invalid prevResult: {}", e.msg())))
 }
@@ -375,15 +356,11 @@ fn parse_result(stdout: &[u8], binary: &Path, list_version: &str) -> Result<Valu
     if let Some(err) = invoke::as_cni_error(stdout) {
         return Err(err);
     }
+    let plugin = binary.display();
     let value: Value = serde_json::from_slice(stdout).map_err(|e| {
-        Error::new(
-            Kind::Failed,
-            format!(
-                "plugin {} printed a result that is not JSON: {e}",
-                binary.display()
-            ),
-        )
-        .with_details(String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]).into_owned())
+        let msg = format!("plugin {plugin} printed a result that is not JSON: {e}");
+        let head = String::from_utf8_lossy(&stdout[..stdout.len().min(1024)]);
+        Error::new(Kind::Failed, msg).with_details(head)
     })?;
     // Results are threaded and converted in the 0.3.0+ shape, also for 0.1.0/0.2.0 delegates.
     let shape = match Version::parse(list_version) {
@@ -391,14 +368,8 @@ fn parse_result(stdout: &[u8], binary: &Path, list_version: &str) -> Result<Valu
         _ => list_version,
     };
     convert_result(&value, list_version, shape).map_err(|e| {
-        Error::new(
-            Kind::Failed,
-            format!(
-                "plugin {} printed an invalid result: {}",
-                binary.display(),
-                e.msg()
-            ),
-        )
+        let msg = format!("plugin {plugin} printed an invalid result: {}", e.msg());
+        Error::new(Kind::Failed, msg)
     })
 }
 

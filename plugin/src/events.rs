@@ -11,7 +11,7 @@
 //! file; the plugin stops appending past [`MAX_BYTES`] in case no `keep` ever does.
 
 use std::ffi::OsStr;
-use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use crate::sys::{self, at, Expect};
@@ -53,24 +53,22 @@ pub fn is_token(t: &str) -> bool {
 /// Appends `event` to the cache dir's events file if there is one. Never blocks on a lock and
 /// never fails the caller: returns whether the line went in.
 pub fn append(cache_dir: &Path, event: &Event) -> bool {
-    append_line(cache_dir, event.line().as_bytes()).is_ok()
+    let line = event.line();
+    // One `write(2)`: a partial append is not retried (it would interleave with others').
+    let written = open(cache_dir).map(|file| nix::unistd::write(&file, line.as_bytes()));
+    written == Some(Ok(line.len()))
 }
 
-fn append_line(cache_dir: &Path, line: &[u8]) -> io::Result<()> {
+/// The events file, if there is one that is ours (keep creates it as the guard's user), a
+/// regular file, and under the bound.
+fn open(cache_dir: &Path) -> Option<OwnedFd> {
     // The cache dir by its path, as the records are kept (its ancestors may be symlinks: a
     // node's /var/lib on a data disk), itself and the file never through one.
-    let dir = at::open_dir(None, cache_dir.as_os_str())?;
-    let file = at::open_append(&dir, OsStr::new(FILE))?;
-    // Ours (keep creates it as the guard's user), a regular file, under the bound.
-    sys::trust(&file, Expect::File).map_err(|_| io::ErrorKind::InvalidData)?;
-    if nix::sys::stat::fstat(&file)?.st_size as u64 >= MAX_BYTES {
-        return Err(io::ErrorKind::InvalidData.into());
-    }
-    // One `write(2)`: a partial append is not retried (it would interleave with others').
-    match nix::unistd::write(&file, line)? {
-        n if n == line.len() => Ok(()),
-        _ => Err(io::ErrorKind::WriteZero.into()),
-    }
+    let dir = at::open_dir(None, cache_dir.as_os_str()).ok()?;
+    let file = at::open_append(&dir, OsStr::new(FILE)).ok()?;
+    sys::trust(&file, Expect::File).ok()?;
+    let size = nix::sys::stat::fstat(&file).ok()?.st_size as u64;
+    (size < MAX_BYTES).then_some(file)
 }
 
 #[cfg(test)]

@@ -35,12 +35,10 @@ fn send(socket: &Path, level: Level, line: &str) -> bool {
     // Facility user (1); severity info (6) or warning (4).
     let pri = 8 + if level == Level::Info { 6 } else { 4 };
     let msg = format!("<{pri}>cni-guard[{}]: {line}", std::process::id());
-    UnixDatagram::unbound()
-        .and_then(|s| {
-            s.set_nonblocking(true)?;
-            s.send_to(msg.as_bytes(), socket)
-        })
-        .is_ok()
+    let Ok(s) = UnixDatagram::unbound() else {
+        return false;
+    };
+    s.set_nonblocking(true).is_ok() && s.send_to(msg.as_bytes(), socket).is_ok()
 }
 
 #[cfg(test)]

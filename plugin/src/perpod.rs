@@ -48,37 +48,24 @@ pub fn need(per_pod: &PerPod, cfg: &GuardConfig, req: &Request) -> Need {
     let Some(annotations) = annotations.as_object() else {
         return Need::Multus(format!("{POD_ANNOTATIONS} is not an object"));
     };
-    if let Some(networks) = annotations.get(NETWORKS) {
-        if asks_for_networks(networks) {
-            return Need::Multus(format!("the pod asks for networks ({NETWORKS})"));
-        }
-    }
-    if annotations.contains_key(DEFAULT_NETWORK) {
-        return Need::Multus(format!(
-            "the pod replaces its default network ({DEFAULT_NETWORK})"
-        ));
-    }
-    if let Some(chain) = &per_pod.auxiliary_chain {
-        return Need::Multus(format!(
-            "Multus runs the auxiliary chain {chain:?} for every pod"
-        ));
-    }
-    if !per_pod.default_networks.is_empty() {
-        match req.cni_arg("K8S_POD_NAMESPACE") {
-            Some(ns) if per_pod.system_namespaces.iter().any(|s| s == ns) => {}
-            Some(ns) => {
-                return Need::Multus(format!(
-                    "Multus adds its defaultNetworks to pods of namespace {ns:?} (not one of its systemNamespaces)"
-                ))
-            }
-            None => {
-                return Need::Multus(
-                    "Multus has defaultNetworks and CNI_ARGS names no K8S_POD_NAMESPACE".to_owned(),
-                )
-            }
-        }
-    }
-    Need::PrimaryOnly
+    let namespace = req.cni_arg("K8S_POD_NAMESPACE");
+    let system = namespace.is_some_and(|ns| per_pod.system_namespaces.iter().any(|s| s == ns));
+    let why = if annotations.get(NETWORKS).is_some_and(asks_for_networks) {
+        format!("the pod asks for networks ({NETWORKS})")
+    } else if annotations.contains_key(DEFAULT_NETWORK) {
+        format!("the pod replaces its default network ({DEFAULT_NETWORK})")
+    } else if let Some(chain) = &per_pod.auxiliary_chain {
+        format!("Multus runs the auxiliary chain {chain:?} for every pod")
+    } else if per_pod.default_networks.is_empty() || system {
+        return Need::PrimaryOnly;
+    } else if let Some(ns) = namespace {
+        format!(
+            "Multus adds its defaultNetworks to pods of namespace {ns:?} (not one of its systemNamespaces)"
+        )
+    } else {
+        "Multus has defaultNetworks and CNI_ARGS names no K8S_POD_NAMESPACE".to_owned()
+    };
+    Need::Multus(why)
 }
 
 /// Whether a `k8s.v1.cni.cncf.io/networks` value names any network: a comma list with a

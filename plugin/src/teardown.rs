@@ -67,13 +67,8 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
     for (list, run_cfg) in &runs {
         after -= list.plugins.len();
         let run_cfg = del_config(run_cfg, list, ctx);
-        result = result.and(delegate::del(
-            list,
-            &run_cfg,
-            &req.cni_path,
-            &deadline,
-            after,
-        ));
+        let ran = delegate::del(list, &run_cfg, &req.cni_path, &deadline, after);
+        result = result.and(ran);
         if run_cfg.delegate != cfg.delegate {
             ctx.notes.push(("perpod", "primary".to_owned()));
         }
@@ -98,17 +93,10 @@ pub(crate) fn recorded(
     let Some(r) = store.read(&req.container_id, &req.ifname)? else {
         return Ok(None);
     };
-    NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type)
-        .map(Some)
-        .map_err(|p| {
-            Error::new(
-                Kind::Io,
-                format!(
-                    "recorded delegate {} unusable: {p}",
-                    r.delegate_path.display()
-                ),
-            )
-        })
+    let path = r.delegate_path.display();
+    let list = NetworkConfig::from_bytes(&r.delegate_path, r.delegate, &cfg.plugin_type)
+        .map_err(|p| Error::new(Kind::Io, format!("recorded delegate {path} unusable: {p}")))?;
+    Ok(Some(list))
 }
 
 /// The delegate `cfg` names when ADD would run it now (every precondition holds), else `None`

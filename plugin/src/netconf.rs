@@ -265,20 +265,16 @@ fn not_regular(mode: u32) -> Option<&'static str> {
 }
 
 fn open_problem(path: &Path, e: &std::io::Error) -> Problem {
-    Problem::NotYet(
-        match e.raw_os_error() {
-            Some(libc::ENOENT) if std::fs::symlink_metadata(path).is_err() => {
-                return Problem::Missing
-            }
-            Some(libc::ENOENT) => "is a dangling symlink",
-            Some(libc::ELOOP) => "is a symlink loop",
-            Some(libc::EACCES) => "is not readable (permission denied)",
-            Some(libc::ENXIO) => "is a socket or device, not a regular file",
-            Some(libc::ENOTDIR) => "has a parent that is not a directory",
-            _ => return Problem::NotYet(format!("cannot be opened: {e}")),
-        }
-        .to_owned(),
-    )
+    let why = match e.raw_os_error() {
+        Some(libc::ENOENT) if std::fs::symlink_metadata(path).is_err() => return Problem::Missing,
+        Some(libc::ENOENT) => "is a dangling symlink",
+        Some(libc::ELOOP) => "is a symlink loop",
+        Some(libc::EACCES) => "is not readable (permission denied)",
+        Some(libc::ENXIO) => "is a socket or device, not a regular file",
+        Some(libc::ENOTDIR) => "has a parent that is not a directory",
+        _ => return Problem::NotYet(format!("cannot be opened: {e}")),
+    };
+    Problem::NotYet(why.to_owned())
 }
 
 #[cfg(test)]

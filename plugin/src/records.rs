@@ -110,11 +110,9 @@ fn io_error(path: &Path, what: &str, e: &io::Error) -> Error {
 
 /// The cache dir or the network's folder is not one the guard may keep records in.
 fn untrusted(path: &Path, why: &str) -> Error {
-    Error::new(
-        Kind::Misconfigured,
-        format!("cacheDir {} {why}", path.display()),
-    )
-    .with_details("the guard keeps its records only in a private directory it owns")
+    let msg = format!("cacheDir {} {why}", path.display());
+    Error::new(Kind::Misconfigured, msg)
+        .with_details("the guard keeps its records only in a private directory it owns")
 }
 
 impl Store {

@@ -26,7 +26,7 @@ fn base(dir: Option<&OwnedFd>) -> BorrowedFd<'_> {
     dir.map_or(AT_FDCWD, |d| d.as_fd())
 }
 
-/// (A file created here, the lock file, is created 0600.)
+/// Opens `name` relative to `dir` with [`SAFE`]; a file it creates (the lock file) is 0600.
 fn open(dir: BorrowedFd, name: impl AsRef<OsStr>, flags: OFlag) -> io::Result<OwnedFd> {
     Ok(openat(dir, name.as_ref(), flags | SAFE, mode(0o600))?)
 }

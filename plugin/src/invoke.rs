@@ -29,25 +29,25 @@ pub fn find_plugin(plugin_type: &str, cni_path: &[PathBuf]) -> Result<PathBuf, P
     if cni_path.is_empty() {
         return missing("cannot be looked up: CNI_PATH is empty".to_owned());
     }
-    let files = cni_path
+    let files: Vec<PathBuf> = cni_path
         .iter()
         .map(|dir| dir.join(plugin_type))
-        .filter(|p| p.metadata().is_ok_and(|m| m.is_file()));
-    let mut not_executable = None;
-    for candidate in files {
-        if candidate
-            .metadata()
-            .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
-        {
-            return Ok(candidate);
-        }
-        not_executable.get_or_insert(candidate);
+        .filter(|p| p.is_file())
+        .collect();
+    if let Some(found) = files.iter().find(|p| executable(p)) {
+        return Ok(found.clone());
     }
     let path: Vec<String> = cni_path.iter().map(|p| p.display().to_string()).collect();
-    missing(match not_executable {
+    missing(match files.first() {
         Some(p) => format!("is not executable at {}", p.display()),
         None => format!("is not in CNI_PATH {}", path.join(":")),
     })
+}
+
+/// A regular file (through symlinks) with an execute bit.
+fn executable(path: &Path) -> bool {
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// How long the guard keeps reading a finished plugin's pipes for what it wrote, when something
@@ -147,14 +147,11 @@ fn wait_bounded(
             _ => {}
         }
         let limit = ended.map_or(deadline, |(_, until)| until);
-        let open = [
-            (out_open, &out),
-            (err_open, &err),
-            (ended.is_none(), &exited),
-        ];
-        let fds: Vec<_> = open
+        let running = ended.is_none();
+        let watched = [(out_open, &out), (err_open, &err), (running, &exited)];
+        let fds: Vec<_> = watched
             .iter()
-            .filter(|(o, _)| *o)
+            .filter(|(on, _)| *on)
             .map(|(_, fd)| fd.as_fd())
             .collect();
         sys::poll_readable(&fds, Some(limit.saturating_duration_since(now)))?;
@@ -195,21 +192,17 @@ pub fn can_exec(plugin: &Path) -> bool {
         .split(|b| b" \t\n".contains(b))
         .find(|w| !w.is_empty())
         .and_then(|w| std::str::from_utf8(w).ok());
-    interpreter.is_some_and(|i| {
-        std::fs::metadata(i).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    interpreter.is_some_and(|i| executable(Path::new(i)))
 }
 
 /// Replaces this process with the plugin, its configuration on stdin. Returns only on failure.
 pub fn exec(plugin: &Path, config: &[u8]) -> Error {
-    let e = match sys::memfd_with(config) {
-        Ok(stdin) => {
-            let mut cmd = Command::new(plugin);
-            cmd.stdin(Stdio::from(stdin));
-            while_text_busy(|| Err::<(), _>(cmd.exec())).unwrap_err()
-        }
-        Err(e) => e,
-    };
+    let failed = sys::memfd_with(config).and_then(|stdin| {
+        let mut cmd = Command::new(plugin);
+        cmd.stdin(stdin);
+        while_text_busy(|| Err::<(), _>(cmd.exec()))
+    });
+    let e = failed.unwrap_err();
     let msg = format!("cannot exec plugin {}: {e}", plugin.display());
     Error::new(Kind::Failed, msg)
 }

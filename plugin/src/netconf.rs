@@ -58,11 +58,8 @@ impl NetworkConfig {
     pub fn load(path: &Path, own_type: &str) -> Result<NetworkConfig, Problem> {
         let (raw, mode) = read_regular(path)?;
         let mut conf = Self::from_bytes(path, raw, own_type)?;
-        if let Some(problem) = cluster_network_recursion(&conf, own_type) {
-            return Err(problem);
-        }
         conf.loosely_writable = mode & 0o022 != 0;
-        Ok(conf)
+        cluster_network_recursion(&conf, own_type).map_or(Ok(conf), Err)
     }
 
     /// Validates configuration bytes (from a file, or from a record written at ADD).
@@ -87,26 +84,20 @@ impl NetworkConfig {
             "conf" | "json" => false,
             _ => obj.contains_key("plugins"),
         };
-        let switch = |key| {
-            if is_list {
-                bool_field(&obj, key)
-            } else {
-                Ok(false)
-            }
-        };
+        // A single plugin's switches are not read.
+        let switch = |key| bool_field(key, obj.get(key).filter(|_| is_list));
         let (disable_check, disable_gc) = (switch("disableCheck")?, switch("disableGC")?);
         let (name, cni_version, plugins) = match is_list {
             true => {
                 let Some(Value::String(name)) = obj.get("name").filter(|n| n != &"") else {
                     return Err(unusable("has no network name"));
                 };
-                let plugins = match obj.get("plugins") {
-                    Some(Value::Array(items)) if items.is_empty() => {
-                        return Err(unusable("has an empty plugin list"))
-                    }
-                    Some(Value::Array(items)) => items,
-                    _ => return Err(unusable("is a .conflist without a \"plugins\" list")),
+                let Some(Value::Array(plugins)) = obj.get("plugins") else {
+                    return Err(unusable("is a .conflist without a \"plugins\" list"));
                 };
+                if plugins.is_empty() {
+                    return Err(unusable("has an empty plugin list"));
+                }
                 let plugins = plugins.iter().enumerate().map(|(i, p)| match p {
                     Value::Object(m) => check_type(m).map(|_| m.clone()),
                     _ => Err(unusable(format!("plugins[{i}] is not an object"))),
@@ -121,9 +112,12 @@ impl NetworkConfig {
             }
             false => {
                 check_type(&obj)?;
-                let name = obj.get("name").and_then(Value::as_str).unwrap_or("");
-                let (name, version) = (name.to_owned(), supported(obj.get("cniVersion"))?);
-                (name, version, vec![obj])
+                let name = obj
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                (name, supported(obj.get("cniVersion"))?, vec![obj])
             }
         };
         Ok(NetworkConfig {
@@ -150,17 +144,14 @@ fn supported(v: Option<&Value>) -> Result<String, Problem> {
 
 /// `cniVersion`, or with 1.1's `cniVersions` the newest listed version the guard can run.
 fn list_version(obj: &Map<String, Value>) -> Result<String, Problem> {
-    if let Some(Value::Array(versions)) = obj.get("cniVersions") {
-        let best = versions
-            .iter()
-            .filter_map(Value::as_str)
-            .filter(|v| Version::delegate_supported(v))
-            .max_by_key(|v| Version::parse(v));
-        if let Some(v) = best {
-            return Ok(v.to_owned());
-        }
-    }
-    supported(obj.get("cniVersion"))
+    let listed = obj.get("cniVersions").and_then(Value::as_array);
+    let best = listed
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|v| Version::delegate_supported(v))
+        .max_by_key(|v| Version::parse(v));
+    best.map_or_else(|| supported(obj.get("cniVersion")), |v| Ok(v.to_owned()))
 }
 
 fn check_type(plugin: &Map<String, Value>) -> Result<(), Problem> {
@@ -176,8 +167,8 @@ fn check_type(plugin: &Map<String, Value>) -> Result<(), Problem> {
 
 /// A conflist's boolean switch as libcni reads it: absent is false; a boolean, or the string
 /// "true" or "false" in any case; anything else makes the list invalid.
-fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<bool, Problem> {
-    match obj.get(key) {
+fn bool_field(key: &str, value: Option<&Value>) -> Result<bool, Problem> {
+    match value {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
@@ -217,14 +208,11 @@ fn mentions_type(v: &Value, own_type: &str) -> bool {
 fn cluster_network_recursion(conf: &NetworkConfig, own_type: &str) -> Option<Problem> {
     let dir = conf.path.parent()?;
     conf.plugins.iter().find_map(|plugin| {
-        let Some(Value::String(named)) = plugin.get("clusterNetwork") else {
-            return None;
-        };
-        let base = Path::new(named).file_name()?;
+        let named = plugin.get("clusterNetwork")?.as_str()?;
         // The delegate itself was tested when it loaded.
-        if Some(base) == conf.path.file_name() {
-            return None;
-        }
+        let base = Path::new(named)
+            .file_name()
+            .filter(|b| Some(*b) != conf.path.file_name())?;
         let target = dir.join(base);
         let (raw, _) = read_regular(&target).ok()?;
         let value: Value = serde_json::from_slice(&raw).ok()?;
@@ -245,23 +233,20 @@ fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| open_problem(path, &e))?;
-    let not_yet = |why: String| Problem::NotYet(why);
     let meta = file
         .metadata()
-        .map_err(|e| not_yet(format!("cannot be examined: {e}")))?;
+        .map_err(|e| Problem::NotYet(format!("cannot be examined: {e}")))?;
     if let Some(why) = not_regular(meta.mode()) {
-        return Err(not_yet(why.to_owned()));
+        return Err(Problem::NotYet(why.to_owned()));
     }
-    let too_large = || not_yet(format!("is larger than {} MiB", MAX_CONFIG_BYTES >> 20));
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(too_large());
-    }
-    let mut raw = Vec::with_capacity(meta.len() as usize + 1);
+    // Never more than one byte past the bound, whatever size the file says it has.
+    let mut raw = Vec::new();
     file.take(MAX_CONFIG_BYTES + 1)
         .read_to_end(&mut raw)
-        .map_err(|e| not_yet(format!("cannot be read: {e}")))?;
+        .map_err(|e| Problem::NotYet(format!("cannot be read: {e}")))?;
     if raw.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(too_large());
+        let mib = MAX_CONFIG_BYTES >> 20;
+        return Err(Problem::NotYet(format!("is larger than {mib} MiB")));
     }
     Ok((raw, meta.mode()))
 }
@@ -280,20 +265,16 @@ fn not_regular(mode: u32) -> Option<&'static str> {
 }
 
 fn open_problem(path: &Path, e: &std::io::Error) -> Problem {
-    Problem::NotYet(
-        match e.raw_os_error() {
-            Some(libc::ENOENT) if std::fs::symlink_metadata(path).is_err() => {
-                return Problem::Missing
-            }
-            Some(libc::ENOENT) => "is a dangling symlink",
-            Some(libc::ELOOP) => "is a symlink loop",
-            Some(libc::EACCES) => "is not readable (permission denied)",
-            Some(libc::ENXIO) => "is a socket or device, not a regular file",
-            Some(libc::ENOTDIR) => "has a parent that is not a directory",
-            _ => return Problem::NotYet(format!("cannot be opened: {e}")),
-        }
-        .to_owned(),
-    )
+    let why = match e.raw_os_error() {
+        Some(libc::ENOENT) if std::fs::symlink_metadata(path).is_err() => return Problem::Missing,
+        Some(libc::ENOENT) => "is a dangling symlink",
+        Some(libc::ELOOP) => "is a symlink loop",
+        Some(libc::EACCES) => "is not readable (permission denied)",
+        Some(libc::ENXIO) => "is a socket or device, not a regular file",
+        Some(libc::ENOTDIR) => "has a parent that is not a directory",
+        _ => return Problem::NotYet(format!("cannot be opened: {e}")),
+    };
+    Problem::NotYet(why.to_owned())
 }
 
 #[cfg(test)]

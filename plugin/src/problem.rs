@@ -50,10 +50,6 @@ impl Problem {
         }
     }
 
-    pub fn fatal(&self) -> bool {
-        self.kind() == Kind::Misconfigured
-    }
-
     /// As an error of its own (a recorded configuration that does not load, say).
     pub fn error(&self, what: &str) -> Error {
         Error::new(self.kind(), format!("{what} {self}"))
@@ -103,7 +99,7 @@ impl Item {
 
     /// A configuration error: waiting will not fix it.
     pub fn fatal(&self) -> bool {
-        self.problem.as_ref().is_some_and(Problem::fatal)
+        self.problem.as_ref().map(Problem::kind) == Some(Kind::Misconfigured)
     }
 
     /// Why it does not hold, with who writes the file when that is known; empty when it holds.

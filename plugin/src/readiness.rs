@@ -1,10 +1,11 @@
 //! Whether the delegate network is completely there: the checks behind ADD and STATUS, and the
 //! report behind `cni-guard-agent check`.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::config::GuardConfig;
-use crate::error::{Error, Kind};
+use crate::error::Error;
 use crate::invoke::find_plugin;
 use crate::netconf::NetworkConfig;
 pub use crate::problem::{Item, Problem, Subject};
@@ -45,10 +46,10 @@ impl Report {
     /// every other failure (runtimes print `msg; details`: nothing twice).
     pub fn error(&self) -> Option<Error> {
         let first = self.first_failure()?;
-        let kind = first.problem.as_ref().map_or(Kind::NotReady, Problem::kind);
-        let prefix = match &first.problem {
-            Some(Problem::Unusable(_)) => "cni-guard: unusable configuration",
-            _ if kind == Kind::Misconfigured => "cni-guard is misconfigured",
+        let problem = first.problem.as_ref()?;
+        let prefix = match problem {
+            Problem::Unusable(_) => "cni-guard: unusable configuration",
+            _ if first.fatal() => "cni-guard is misconfigured",
             _ => "cni-guard: network not ready",
         };
         let msg = format!("{prefix}: {}", first.describe());
@@ -58,21 +59,20 @@ impl Report {
             .map(Item::describe)
             .collect();
         let details = (!others.is_empty()).then(|| format!("also: {}", others.join("; ")));
-        Some(Error::new(kind, msg).with_details(details.unwrap_or_default()))
+        Some(Error::new(problem.kind(), msg).with_details(details.unwrap_or_default()))
     }
 
     /// Directories whose changes could make a failing precondition pass.
     pub fn watch_dirs(&self, cni_path: &[PathBuf]) -> Vec<PathBuf> {
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        for item in self.failures() {
-            match item.subject {
-                Subject::Plugin(_) => dirs.extend(cni_path.iter().cloned()),
-                _ => dirs.extend(item.path.parent().map(Path::to_owned)),
-            }
-        }
-        dirs.sort();
-        dirs.dedup();
-        dirs
+        let dirs = self.failures().flat_map(|item| match item.subject {
+            Subject::Plugin(_) => cni_path.to_vec(),
+            _ => item.path.parent().into_iter().map(Path::to_owned).collect(),
+        });
+        dirs.collect::<BTreeSet<_>>().into_iter().collect()
+    }
+
+    fn push(&mut self, subject: Subject, path: PathBuf, problem: Option<Problem>) {
+        self.items.push(Item::new(subject, path, problem));
     }
 }
 
@@ -85,41 +85,30 @@ pub fn check(cfg: &GuardConfig, cni_path: &[PathBuf]) -> Report {
         .iter()
         .filter_map(|p| check_config(&mut report, Subject::Attachment, p, cfg))
         .collect();
-    let mut types: Vec<&str> = delegate
-        .iter()
-        .chain(attachments.iter())
-        .flat_map(NetworkConfig::types)
-        .collect();
-    types.sort_unstable();
-    types.dedup();
+    let loaded = delegate.iter().chain(&attachments);
+    let types: BTreeSet<&str> = loaded.flat_map(NetworkConfig::types).collect();
     for t in types {
-        let subject = Subject::Plugin(t.to_owned());
-        report.items.push(match find_plugin(t, cni_path) {
-            Ok(path) => Item::new(subject, path, None),
-            Err(p) => Item::new(subject, PathBuf::from(t), Some(p)),
-        });
+        let found = find_plugin(t, cni_path);
+        let path = found.clone().unwrap_or_else(|_| PathBuf::from(t));
+        report.push(Subject::Plugin(t.to_owned()), path, found.err());
     }
     for path in &cfg.sockets {
         let problem = sys::unix_socket_accepts(path).err();
-        let problem = problem.map(|e| Problem::Dead(socket_problem(&e)));
-        report
-            .items
-            .push(Item::new(Subject::Socket, path.clone(), problem));
+        report.push(Subject::Socket, path.clone(), problem.map(dead_socket));
     }
     report.delegate = delegate;
     report
 }
 
 /// Why a socket does not accept connections, said after its path.
-fn socket_problem(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) => "does not exist".to_owned(),
-        Some(libc::ECONNREFUSED) => {
-            "does not accept connections (refused: nothing listens on it)".to_owned()
-        }
-        Some(libc::ENOTSOCK) | Some(libc::ECONNRESET) => "is not a listening socket".to_owned(),
-        _ => format!("does not accept connections ({e})"),
-    }
+fn dead_socket(e: std::io::Error) -> Problem {
+    let why = match e.raw_os_error() {
+        Some(libc::ENOENT) => "does not exist",
+        Some(libc::ECONNREFUSED) => "does not accept connections (refused: nothing listens on it)",
+        Some(libc::ENOTSOCK) | Some(libc::ECONNRESET) => "is not a listening socket",
+        _ => return Problem::Dead(format!("does not accept connections ({e})")),
+    };
+    Problem::Dead(why.to_owned())
 }
 
 fn check_config(
@@ -142,11 +131,11 @@ fn check_config(
     if conf.loosely_writable {
         report.warnings.push(path.to_owned());
         if cfg.strict_permissions {
-            report.items.push(Item::new(
+            report.push(
                 Subject::Permissions,
                 path.to_owned(),
                 Some(Problem::Writable),
-            ));
+            );
         }
     }
     Some(conf)
@@ -155,6 +144,7 @@ fn check_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Kind;
     use std::os::unix::fs::PermissionsExt;
 
     struct Fixture {

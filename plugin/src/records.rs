@@ -38,7 +38,6 @@
 //! A record file holds `{"containerID", "ifname", "network", "cniVersion", "delegatePath",
 //! "delegate"}`, `delegate` being the delegate file's JSON as it was at ADD.
 
-use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -70,10 +69,8 @@ pub struct Record {
 }
 
 fn raw_out<S: serde::Serializer>(bytes: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
-    let text = std::str::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
-    RawValue::from_string(text.to_owned())
-        .map_err(serde::ser::Error::custom)?
-        .serialize(s)
+    let raw: &RawValue = serde_json::from_slice(bytes).map_err(serde::ser::Error::custom)?;
+    raw.serialize(s)
 }
 
 fn raw_in<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<u8>, D::Error> {
@@ -113,11 +110,9 @@ fn io_error(path: &Path, what: &str, e: &io::Error) -> Error {
 
 /// The cache dir or the network's folder is not one the guard may keep records in.
 fn untrusted(path: &Path, why: &str) -> Error {
-    Error::new(
-        Kind::Misconfigured,
-        format!("cacheDir {} {why}", path.display()),
-    )
-    .with_details("the guard keeps its records only in a private directory it owns")
+    let msg = format!("cacheDir {} {why}", path.display());
+    Error::new(Kind::Misconfigured, msg)
+        .with_details("the guard keeps its records only in a private directory it owns")
 }
 
 impl Store {
@@ -143,16 +138,12 @@ impl Store {
         wait: Duration,
         create: bool,
     ) -> Result<Option<Store>> {
-        if let Err(why) = names::network_name(network) {
-            return Err(Error::new(
-                Kind::Misconfigured,
-                format!("network name {why}: it cannot name a record directory"),
-            ));
-        }
-        if create {
-            if let Some(parent) = cache_dir.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_error(parent, "create", &e))?;
-            }
+        names::network_name(network).map_err(|why| {
+            let msg = format!("network name {why}: it cannot name a record directory");
+            Error::new(Kind::Misconfigured, msg)
+        })?;
+        if let Some(parent) = cache_dir.parent().filter(|_| create) {
+            std::fs::create_dir_all(parent).map_err(|e| io_error(parent, "create", &e))?;
         }
         let Some(top) = open_dir(None, cache_dir, create)? else {
             return Ok(None);
@@ -162,14 +153,14 @@ impl Store {
             return Ok(None);
         };
         let lock_name = format!(".{network}.lock");
-        let locks = match at::open_lock(&top, OsStr::new(&lock_name)) {
+        let lock_path = cache_dir.join(&lock_name);
+        let locks = match at::open_lock(&top, &lock_name) {
             Ok(fd) => Some(fd),
             Err(e) if e.raw_os_error() == Some(libc::EROFS) => None,
-            Err(e) => return Err(io_error(&cache_dir.join(&lock_name), "open", &e)),
+            Err(e) => return Err(io_error(&lock_path, "open", &e)),
         };
         if let Some(l) = &locks {
-            sys::trust(l, Expect::File)
-                .map_err(|why| untrusted(&cache_dir.join(&lock_name), &why))?;
+            sys::trust(l, Expect::File).map_err(|why| untrusted(&lock_path, &why))?;
         }
         Ok(Some(Store {
             dir,
@@ -198,19 +189,11 @@ impl Store {
     /// the caller to keep open until it execs the delegate, which then holds the attachment until
     /// it exits. `Ok(None)` when nothing is held. On failure the lock stays with the store.
     pub fn exec_lock(&mut self) -> io::Result<Option<OwnedFd>> {
-        if self.held.is_none() {
-            return Ok(None);
+        match (&self.held, &self.locks) {
+            (Some(_), Some(fd)) => sys::set_cloexec(fd.as_fd(), false)?,
+            _ => return Ok(None),
         }
-        let Some(fd) = self.locks.take() else {
-            return Ok(None);
-        };
-        match sys::set_cloexec(fd.as_fd(), false) {
-            Ok(()) => Ok(Some(fd)),
-            Err(e) => {
-                self.locks = Some(fd);
-                Err(e)
-            }
-        }
+        Ok(self.locks.take())
     }
 
     /// Locks an attachment (waiting at most `lockWaitSeconds`) and reads its record; `None` when
@@ -221,19 +204,14 @@ impl Store {
     pub fn read(&mut self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
         let name = self.lock(container_id, ifname)?;
         let path = self.dir.join(&name);
-        let fd = match at::open_read(&self.fd, OsStr::new(&name)) {
+        let fd = match at::open_read(&self.fd, &name) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
             other => other.map_err(|e| io_error(&path, "open record", &e))?,
         };
+        let bad = |why: String| Error::new(Kind::Io, format!("record {} {why}", path.display()));
         // Trusted only if only the guard's user could have written it: a record names the
         // delegate that DEL runs as that user.
-        let not_trusted = |why: String| {
-            Error::new(
-                Kind::Io,
-                format!("record {} {why}: not trusted", path.display()),
-            )
-        };
-        sys::trust(&fd, Expect::File).map_err(not_trusted)?;
+        sys::trust(&fd, Expect::File).map_err(|why| bad(format!("{why}: not trusted")))?;
         let mut bytes = Vec::new();
         let mut file = std::fs::File::from(fd).take(MAX_RECORD_BYTES);
         file.read_to_end(&mut bytes)
@@ -242,11 +220,9 @@ impl Store {
             // A placeholder an earlier version left: no record.
             return Ok(None);
         }
-        let corrupt =
-            |why: String| Error::new(Kind::Io, format!("record {} {why}", path.display()));
-        let record = Record::decode(&bytes).map_err(|e| corrupt(format!("is corrupt: {e}")))?;
+        let record = Record::decode(&bytes).map_err(|e| bad(format!("is corrupt: {e}")))?;
         if record.container_id != container_id || record.ifname != ifname {
-            return Err(corrupt("belongs to another attachment".to_owned()));
+            return Err(bad("belongs to another attachment".to_owned()));
         }
         Ok(Some(record))
     }
@@ -256,7 +232,7 @@ impl Store {
     pub fn remove(&mut self, container_id: &str, ifname: &str) -> Result<()> {
         let name = self.lock(container_id, ifname)?;
         for n in [temp_name(&name), name] {
-            remove_entry(&self.fd, &n).map_err(|e| io_error(&self.dir.join(&n), "remove", &e))?;
+            at::unlink(&self.fd, &n).map_err(|e| io_error(&self.dir.join(&n), "remove", &e))?;
         }
         Ok(())
     }
@@ -292,15 +268,11 @@ impl Store {
         self.release();
         let mut removed = 0;
         for tmp in self.names().unwrap_or_default() {
-            let Some((id, ifname)) = record_of_temp(&tmp).and_then(parse_name) else {
+            let Some(record) = record_of_temp(&tmp) else {
                 continue;
             };
             // A writer holds its attachment's lock: if we get it at once, nobody is writing.
-            if self
-                .try_lock(&format!("{id}:{ifname}.json"), Instant::now())
-                .is_ok()
-                && remove_entry(&self.fd, &tmp).is_ok()
-            {
+            if self.try_lock(record, Instant::now()).is_ok() && at::unlink(&self.fd, &tmp).is_ok() {
                 removed += 1;
             }
             self.release();
@@ -316,15 +288,12 @@ impl Store {
     /// releasing any other; returns its record's name.
     fn lock(&mut self, container_id: &str, ifname: &str) -> Result<String> {
         let name = file_name(container_id, ifname)?;
-        let deadline = Instant::now() + self.lock_wait;
-        self.try_lock(&name, deadline).map_err(|e| match e {
-            Locked::Busy { holder, waited } => busy_error(container_id, ifname, holder, waited),
-            Locked::Failed(e) => io_error(&self.dir, "lock an attachment in", &e),
-        })?;
+        self.try_lock(&name, Instant::now() + self.lock_wait)?;
         Ok(name)
     }
 
-    fn try_lock(&mut self, name: &str, deadline: Instant) -> std::result::Result<(), Locked> {
+    /// Makes the attachment whose record is `name` the one held, waiting until `deadline`.
+    fn try_lock(&mut self, name: &str, deadline: Instant) -> Result<()> {
         if self.held.as_ref().is_some_and(|(n, _)| n == name) {
             return Ok(());
         }
@@ -334,26 +303,18 @@ impl Store {
         };
         let (start, offset) = (Instant::now(), lock_offset(name));
         let mut pause = Duration::from_millis(1);
-        loop {
-            match at::lock_byte(locks, offset) {
-                Ok(None) => break,
-                Ok(Some(holder)) if Instant::now() >= deadline => {
-                    return Err(Locked::Busy {
-                        holder,
-                        waited: start.elapsed(),
-                    })
-                }
-                Ok(Some(_)) => {
-                    std::thread::sleep(pause.min(deadline - Instant::now()));
-                    pause = (pause * 2).min(Duration::from_millis(25));
-                }
-                Err(e) => return Err(Locked::Failed(e)),
+        let failed = |e: io::Error| io_error(&self.dir, "lock an attachment in", &e);
+        while let Some(holder) = at::lock_byte(locks, offset).map_err(failed)? {
+            if Instant::now() >= deadline {
+                return Err(busy_error(name, holder, start.elapsed()));
             }
+            std::thread::sleep(pause.min(deadline - Instant::now()));
+            pause = (pause * 2).min(Duration::from_millis(25));
         }
         self.held = Some((name.to_owned(), offset));
         // Whoever holds the attachment is the only one who could be writing its temp file: one
         // that is there now is a killed writer's.
-        let _ = remove_entry(&self.fd, &temp_name(name));
+        let _ = at::unlink(&self.fd, temp_name(name));
         Ok(())
     }
 
@@ -364,18 +325,10 @@ impl Store {
     }
 }
 
-enum Locked {
-    Busy { holder: i32, waited: Duration },
-    Failed(io::Error),
-}
-
 /// Opens a directory the guard keeps records in (creating it when asked and missing), relative
 /// to `parent` or by path, checked as it was opened; `None` when it is missing and not created.
 fn open_dir(parent: Option<&OwnedFd>, path: &Path, create: bool) -> Result<Option<OwnedFd>> {
-    let name = match parent {
-        Some(_) => path.file_name().unwrap_or(path.as_os_str()),
-        None => path.as_os_str(),
-    };
+    let name = parent.and(path.file_name()).unwrap_or(path.as_os_str());
     let fd = match at::open_dir(parent, name) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !create => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match at::mkdir(parent, name, 0o700) {
@@ -396,7 +349,9 @@ fn open_dir(parent: Option<&OwnedFd>, path: &Path, create: bool) -> Result<Optio
     Ok(Some(fd))
 }
 
-fn busy_error(container_id: &str, ifname: &str, holder: i32, waited: Duration) -> Error {
+/// The attachment whose record is `name` is held by `holder` past the bound.
+fn busy_error(name: &str, holder: i32, waited: Duration) -> Error {
+    let (container_id, ifname) = parse_name(name).unwrap_or_default();
     let who = match holder {
         0 => "another process".to_owned(),
         pid => format!("process {pid}"),
@@ -444,18 +399,10 @@ fn parse_name(name: &str) -> Option<(&str, &str)> {
     name.strip_suffix(".json")?.split_once(':')
 }
 
-/// The record a temp file belongs to: `.<record>.tmp`.
+/// The record a temp file belongs to: `.<record>.tmp`, `<record>` a record's name.
 fn record_of_temp(name: &str) -> Option<&str> {
-    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
-    inner.ends_with(".json").then_some(inner)
-}
-
-/// Removes a directory entry; a missing one is fine.
-fn remove_entry(dir: &OwnedFd, name: &str) -> io::Result<()> {
-    match at::unlink(dir, OsStr::new(name)) {
-        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
-        _ => Ok(()),
-    }
+    let record = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    parse_name(record).map(|_| record)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! wait also re-polls, with a short backoff ([`SOCKET_POLL_FIRST`] doubling to
 //! [`SOCKET_POLL_MAX`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::config::GuardConfig;
@@ -21,41 +21,30 @@ const SOCKET_POLL_MAX: Duration = Duration::from_millis(200);
 /// Checks readiness, waiting up to `wait` for it (ADD's `cfg.wait`, DEL's `cfg.del_wait`, cut
 /// to what the verb's deadline leaves). Returns the last report.
 pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf], wait: Duration) -> Report {
-    let report = readiness::check(cfg, cni_path);
+    let mut report = readiness::check(cfg, cni_path);
     if done(&report) || wait.is_zero() {
         return report;
     }
     let deadline = Instant::now() + wait;
-    let mut report = report;
     // One instance for the whole wait: adding a watch again is harmless. (Its last close waits
     // for the kernel to retire the watches, 20-70 ms, paid only by an ADD that waited anyway.)
     let inotify = Inotify::new().ok();
     let mut socket_poll = SOCKET_POLL_FIRST;
     loop {
-        let watching = inotify
-            .as_ref()
-            .is_some_and(|i| watch(i, &report, cni_path));
+        let watching = inotify.as_ref().filter(|i| watch(i, &report, cni_path));
         // Checked after the watches are in place (and so once per wake-up): a file that arrived
         // before a watch existed would otherwise be missed until the deadline.
         report = readiness::check(cfg, cni_path);
-        let left = deadline.saturating_duration_since(Instant::now());
-        if done(&report) || left.is_zero() {
+        let mut step = deadline.saturating_duration_since(Instant::now());
+        if done(&report) || step.is_zero() {
             return report;
         }
-        let step = if socket_bound_not_listening(&report) {
-            let step = socket_poll;
+        if socket_bound_not_listening(&report) {
+            step = step.min(socket_poll);
             socket_poll = (socket_poll * 2).min(SOCKET_POLL_MAX);
-            left.min(step)
-        } else {
-            left
-        };
-        match (&inotify, watching) {
-            (Some(w), true) => {
-                if w.wait(step).is_err() {
-                    std::thread::sleep(step.min(FALLBACK_STEP));
-                }
-            }
-            _ => std::thread::sleep(step.min(FALLBACK_STEP)),
+        }
+        if !watching.is_some_and(|i| i.wait(step).is_ok()) {
+            std::thread::sleep(step.min(FALLBACK_STEP));
         }
     }
 }
@@ -74,19 +63,10 @@ fn socket_bound_not_listening(report: &Report) -> bool {
 /// Watches the directories that matter, or the nearest ancestor that exists. False when some
 /// directory has no watchable ancestor (then the caller falls back to sleeping).
 fn watch(inotify: &Inotify, report: &Report, cni_path: &[PathBuf]) -> bool {
-    for dir in report.watch_dirs(cni_path) {
-        let mut cur: &Path = &dir;
-        loop {
-            if inotify.watch_dir(cur, DIR_CHANGES).is_ok() {
-                break;
-            }
-            match cur.parent() {
-                Some(p) => cur = p,
-                None => return false,
-            }
-        }
-    }
-    true
+    report.watch_dirs(cni_path).iter().all(|dir| {
+        dir.ancestors()
+            .any(|d| inotify.watch_dir(d, DIR_CHANGES).is_ok())
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, openat, renameat, FcntlArg, OFlag, AT_FDCWD};
@@ -21,85 +21,67 @@ const SAFE: OFlag = OFlag::O_NOFOLLOW
     .union(OFlag::O_NOCTTY)
     .union(OFlag::O_CLOEXEC);
 
-fn open(dir: Option<&OwnedFd>, name: &OsStr, flags: OFlag, bits: u32) -> io::Result<OwnedFd> {
-    Ok(match dir {
-        Some(d) => openat(d, name, flags, mode(bits))?,
-        None => openat(AT_FDCWD, name, flags, mode(bits))?,
-    })
+/// `dir`, or the working directory without one.
+fn base(dir: Option<&OwnedFd>) -> BorrowedFd<'_> {
+    dir.map_or(AT_FDCWD, |d| d.as_fd())
+}
+
+/// Opens `name` relative to `dir` with [`SAFE`]; a file it creates (the lock file) is 0600.
+fn open(dir: BorrowedFd, name: impl AsRef<OsStr>, flags: OFlag) -> io::Result<OwnedFd> {
+    Ok(openat(dir, name.as_ref(), flags | SAFE, mode(0o600))?)
 }
 
 /// Opens a directory, refusing a symlink in the last component; relative to `dir`, or to the
 /// working directory without one.
-pub fn open_dir(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
-    open(dir, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY | SAFE, 0)
+pub fn open_dir(dir: Option<&OwnedFd>, name: impl AsRef<OsStr>) -> io::Result<OwnedFd> {
+    open(base(dir), name, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
 }
 
-pub fn mkdir(dir: Option<&OwnedFd>, name: &OsStr, bits: u32) -> io::Result<()> {
-    match dir {
-        Some(d) => mkdirat(d, name, mode(bits))?,
-        None => mkdirat(AT_FDCWD, name, mode(bits))?,
-    }
-    Ok(())
+pub fn mkdir(dir: Option<&OwnedFd>, name: impl AsRef<OsStr>, bits: u32) -> io::Result<()> {
+    Ok(mkdirat(base(dir), name.as_ref(), mode(bits))?)
 }
 
 /// Opens an existing file to read.
-pub fn open_read(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
-    open(Some(dir), name, OFlag::O_RDONLY | SAFE, 0)
+pub fn open_read(dir: &OwnedFd, name: impl AsRef<OsStr>) -> io::Result<OwnedFd> {
+    open(dir.as_fd(), name, OFlag::O_RDONLY)
 }
 
 /// Opens an existing file to append to.
-pub fn open_append(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
-    open(Some(dir), name, OFlag::O_WRONLY | OFlag::O_APPEND | SAFE, 0)
+pub fn open_append(dir: &OwnedFd, name: impl AsRef<OsStr>) -> io::Result<OwnedFd> {
+    open(dir.as_fd(), name, OFlag::O_WRONLY | OFlag::O_APPEND)
 }
 
-/// Creates a new file; fails if anything (a symlink included) has the name.
-pub fn create_new(dir: &OwnedFd, name: &OsStr, bits: u32) -> io::Result<OwnedFd> {
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | SAFE;
-    open(Some(dir), name, flags, bits)
-}
-
-/// Opens (creating if missing) a file to lock: read-write, as a POSIX write lock needs; on a
-/// read-only file system an existing file read-only (then [`lock_byte`] takes a read lock).
-pub fn open_lock(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
-    match open(
-        Some(dir),
-        name,
-        OFlag::O_RDWR | OFlag::O_CREAT | SAFE,
-        0o600,
-    ) {
-        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
-            match open(Some(dir), name, OFlag::O_RDONLY | SAFE, 0) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(Errno::EROFS.into()),
-                other => other,
-            }
-        }
+/// Opens (creating if missing, 0600) a file to lock: read-write, as a POSIX write lock needs; on
+/// a read-only file system an existing file read-only (then [`lock_byte`] takes a read lock).
+pub fn open_lock(dir: &OwnedFd, name: impl AsRef<OsStr>) -> io::Result<OwnedFd> {
+    let name = name.as_ref();
+    match open(dir.as_fd(), name, OFlag::O_RDWR | OFlag::O_CREAT) {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => match open_read(dir, name) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(Errno::EROFS.into()),
+            other => other,
+        },
         other => other,
     }
 }
 
-pub fn unlink(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?)
-}
-
-pub fn rename(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
-    Ok(renameat(dir, from, dir, to)?)
+/// Removes a directory entry (never a directory); a missing one is fine.
+pub fn unlink(dir: &OwnedFd, name: impl AsRef<OsStr>) -> io::Result<()> {
+    match unlinkat(dir, name.as_ref(), UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The names in the directory `dir` is open on (`.` and `..` and names that are not UTF-8
 /// left out): read through the descriptor, not by path.
 pub fn list(dir: &OwnedFd) -> io::Result<Vec<String>> {
-    let mut d = nix::dir::Dir::openat(
-        dir.as_fd(),
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut d = nix::dir::Dir::openat(dir.as_fd(), ".", flags, Mode::empty())?;
     let mut names = Vec::new();
     for entry in d.iter() {
-        if let Ok(name) = entry?.file_name().to_str() {
-            if name != "." && name != ".." {
-                names.push(name.to_owned());
-            }
+        match entry?.file_name().to_str() {
+            Ok("." | "..") | Err(_) => {}
+            Ok(name) => names.push(name.to_owned()),
         }
     }
     Ok(names)
@@ -156,27 +138,26 @@ pub fn write_replace(
     mode: u32,
     sync: bool,
 ) -> io::Result<()> {
-    let tmp = format!(".{name}.tmp");
+    let tmp: &str = &format!(".{name}.tmp");
     let result = (|| {
-        match unlink(dir, OsStr::new(&tmp)) {
-            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
-            _ => {}
-        }
-        let mut file = std::fs::File::from(create_new(dir, OsStr::new(&tmp), mode)?);
+        unlink(dir, tmp)?;
+        // A new file: fails if anything (a symlink included) has the name.
+        let new = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
+        let mut file = std::fs::File::from(openat(dir, tmp, new | SAFE, self::mode(mode))?);
         io::Write::write_all(&mut file, bytes)?;
         // The umask may have narrowed the mode given at creation.
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
         if sync {
             file.sync_all()?;
         }
-        rename(dir, OsStr::new(&tmp), OsStr::new(name))?;
-        match sync {
-            true => nix::unistd::fsync(dir).map_err(io::Error::from),
-            false => Ok(()),
+        renameat(dir, tmp, dir, name)?;
+        if sync {
+            nix::unistd::fsync(dir)?;
         }
+        Ok(())
     })();
     if result.is_err() {
-        let _ = unlink(dir, OsStr::new(&tmp));
+        let _ = unlink(dir, tmp);
     }
     result
 }

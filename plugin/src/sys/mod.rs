@@ -90,14 +90,10 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         .iter()
         .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
         .collect();
-    let timeout = match timeout {
-        // Round up so a sub-millisecond remainder still waits instead of spinning.
-        Some(t) => {
-            let ms = t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-        }
-        None => PollTimeout::NONE,
-    };
+    // Milliseconds rounded up, so a sub-millisecond remainder still waits instead of spinning.
+    let timeout = timeout.map_or(PollTimeout::NONE, |t| {
+        PollTimeout::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(PollTimeout::MAX)
+    });
     match nix::poll::poll(&mut pfds, timeout) {
         Ok(_) => {}
         Err(Errno::EINTR) => return Ok(vec![false; fds.len()]),
@@ -166,12 +162,8 @@ pub fn write_nowait(fd: BorrowedFd<'_>, mut data: &[u8]) {
 pub fn unix_socket_accepts(path: &Path) -> io::Result<()> {
     use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
     let addr = UnixAddr::new(path)?;
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None)?;
     match connect(fd.as_raw_fd(), &addr) {
         Ok(()) | Err(Errno::EAGAIN) | Err(Errno::EINPROGRESS) => Ok(()),
         Err(e) => Err(e.into()),
@@ -218,9 +210,7 @@ pub fn trust(fd: impl AsFd, expect: Expect) -> Result<(), String> {
 }
 
 /// An inotify instance watching directories: the guard's wait for a missing file.
-pub struct Inotify {
-    inner: nix::sys::inotify::Inotify,
-}
+pub struct Inotify(nix::sys::inotify::Inotify);
 
 /// The events that can make a missing or broken file usable: creation, rename into the
 /// directory, a write finishing, a mode change; and the directory itself going away (then the
@@ -238,25 +228,23 @@ pub const DIR_CHANGES: u32 = libc::IN_CREATE
 impl Inotify {
     pub fn new() -> io::Result<Inotify> {
         let flags = InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK;
-        Ok(Inotify {
-            inner: nix::sys::inotify::Inotify::init(flags)?,
-        })
+        Ok(Inotify(nix::sys::inotify::Inotify::init(flags)?))
     }
 
     /// Watches a directory (only a directory) for the events in `mask`.
     pub fn watch_dir(&self, dir: &Path, mask: u32) -> io::Result<()> {
         let flags = AddWatchFlags::from_bits_retain(mask) | AddWatchFlags::IN_ONLYDIR;
-        self.inner.add_watch(dir, flags)?;
+        self.0.add_watch(dir, flags)?;
         Ok(())
     }
 
     /// Waits up to `timeout` for events and drains them. Returns whether any arrived.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-        if !poll_readable(&[self.inner.as_fd()], Some(timeout))?[0] {
+        if !poll_readable(&[self.0.as_fd()], Some(timeout))?[0] {
             return Ok(false);
         }
         loop {
-            match self.inner.read_events() {
+            match self.0.read_events() {
                 Ok(_) => {}
                 Err(Errno::EAGAIN) => return Ok(true),
                 Err(Errno::EINTR) => continue,

@@ -104,6 +104,11 @@ impl Node {
     }
 
     fn cni(&self, verb: &str, id: &str) -> i32 {
+        self.cni_with(verb, id, &self.guard_conf())
+    }
+
+    /// The plugin for `verb` on container `id`, with `conf` on stdin.
+    fn cni_with(&self, verb: &str, id: &str, conf: &[u8]) -> i32 {
         let bin = self.path("bin");
         let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
             ("PATH", Some("/usr/bin:/bin".as_ref())),
@@ -115,9 +120,7 @@ impl Node {
             ("CNI_PATH", Some(bin.as_os_str())),
         ];
         let mut c = test_support::command(plugin_binary(), env);
-        test_support::run(&mut c, &self.guard_conf())
-            .status
-            .unwrap_or(-1)
+        test_support::run(&mut c, conf).status.unwrap_or(-1)
     }
 }
 
@@ -302,6 +305,49 @@ fn counts_through_a_symlinked_ancestor_of_the_cache_dir() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// An ADD that waits for the delegate and then runs it is counted as held, with the time it
+/// waited (the dashboard's "held" and "waited" panels).
+#[test]
+fn counts_an_add_held_for_the_delegate_and_how_long() {
+    let node = Node::new();
+    let keep = Keep::start(&node);
+    let mut conf: Value = serde_json::from_slice(&node.guard_conf()).unwrap();
+    conf["waitSeconds"] = json!(10);
+    let writer = {
+        let path = node.delegate();
+        let list = json!({"cniVersion":"1.0.0","name":"multus","plugins":[{"type":"fake"}]});
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            std::fs::write(path, serde_json::to_vec(&list).unwrap()).unwrap();
+        })
+    };
+    assert_eq!(
+        node.cni_with("ADD", "held", &serde_json::to_vec(&conf).unwrap()),
+        0
+    );
+    writer.join().unwrap();
+    let start = Instant::now();
+    let s = loop {
+        let s = samples(&keep.scrape());
+        if get(&s, r#"cni_guard_held_total{verb="add"}"#) >= 1.0 {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{s:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(get(&s, r#"cni_guard_held_total{verb="add"}"#), 1.0);
+    assert_eq!(get(&s, r#"cni_guard_held_total{verb="del"}"#), 0.0);
+    let waited = get(&s, r#"cni_guard_held_seconds_total{verb="add"}"#);
+    assert!((0.3..10.0).contains(&waited), "waited {waited} s");
+    assert_eq!(
+        get(
+            &s,
+            r#"cni_guard_decisions_total{verb="add",decision="exec"}"#
+        ),
+        1.0
+    );
 }
 
 /// A delegate the guard would exec but cannot (its interpreter is missing): the ADD fails with

@@ -71,6 +71,8 @@ pub(crate) struct Ctx {
     /// `key=value` pairs for the log line: `waited=` (how long the verb waited for the
     /// delegate), `perpod=` (`primary`: run on the primary alone; `needs-multus`), `delegate=`.
     pub(crate) notes: Vec<(&'static str, String)>,
+    /// How long the verb waited for the delegate, when it did (counted on the node).
+    waited: Option<Duration>,
     /// The guard's cache dir, once its configuration parsed.
     cache_dir: Option<PathBuf>,
     /// Why a refusal happened, for the node's counters.
@@ -161,6 +163,7 @@ pub fn handle(getenv: &dyn Fn(&str) -> Option<OsString>, stdin: &mut dyn Read) -
                 "refused" => ctx.reason.unwrap_or("other"),
                 _ => "-",
             },
+            waited: ctx.waited,
         },
     }
 }
@@ -213,6 +216,7 @@ pub(crate) fn wait_ready(
     if waited >= WAITED_NOTED {
         ctx.notes
             .push(("waited", format!("{:.1}ms", waited.as_secs_f64() * 1e3)));
+        ctx.waited = Some(ctx.waited.unwrap_or_default() + waited);
     }
     warn_loose(&report, ctx);
     report

@@ -7,12 +7,14 @@
 //! metrics writes nothing and nothing grows), and silence on any error: a missing, unwritable,
 //! full, replaced or corrupt file costs one failed system call.
 //!
-//! A line is `<verb> <decision> <reason>\n`, each a token of `[a-z0-9-]`. `keep` rotates the
-//! file; the plugin stops appending past [`MAX_BYTES`] in case no `keep` ever does.
+//! A line is `<verb> <decision> <reason>\n`, each a token of `[a-z0-9-]`, and ` <ms>` before the
+//! newline when the invocation waited for the delegate (the milliseconds it waited). `keep`
+//! rotates the file; the plugin stops appending past [`MAX_BYTES`] in case no `keep` ever does.
 
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::sys::{self, at, Expect};
 use crate::verb::Command;
@@ -22,13 +24,14 @@ pub const FILE: &str = ".metrics-events";
 /// The plugin appends nothing past this size (no `keep` is rotating the file).
 pub const MAX_BYTES: u64 = 16 << 20;
 
-/// One invocation as counted: the verb (`None`: not one the guard knows), the decision and,
-/// for a refusal, why (`-` when none).
+/// One invocation as counted: the verb (`None`: not one the guard knows), the decision, for a
+/// refusal why (`-` when none), and how long it waited for the delegate, if it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub verb: Option<Command>,
     pub decision: &'static str,
     pub reason: &'static str,
+    pub waited: Option<Duration>,
 }
 
 impl Event {
@@ -39,7 +42,11 @@ impl Event {
             .verb
             .map_or("other".to_owned(), |v| v.as_str().to_ascii_lowercase());
         let token = |t: &'static str| if is_token(t) { t } else { "other" };
-        format!("{verb} {} {}\n", token(self.decision), token(self.reason))
+        let (decision, reason) = (token(self.decision), token(self.reason));
+        match self.waited {
+            Some(w) => format!("{verb} {decision} {reason} {}\n", w.as_millis()),
+            None => format!("{verb} {decision} {reason}\n"),
+        }
     }
 }
 
@@ -81,12 +88,19 @@ mod tests {
             verb: Some(Command::Add),
             decision: "refused",
             reason: "delegate-missing",
+            waited: None,
         };
         assert_eq!(e.line(), "add refused delegate-missing\n");
+        let held = Event {
+            waited: Some(Duration::from_micros(1_234_567)),
+            ..e
+        };
+        assert_eq!(held.line(), "add refused delegate-missing 1234\n");
         let odd = Event {
             verb: None,
             decision: "exec",
             reason: "a b",
+            waited: None,
         };
         assert_eq!(odd.line(), "other exec other\n");
     }
@@ -98,6 +112,7 @@ mod tests {
             verb: Some(Command::Add),
             decision: "exec",
             reason: "-",
+            waited: None,
         };
         // No file: nothing is created.
         assert!(!append(d.path(), &e));
@@ -139,6 +154,7 @@ mod tests {
             verb: Some(Command::Add),
             decision: "exec",
             reason: "-",
+            waited: None,
         };
         assert!(!append(d.path(), &e));
         assert_eq!(f.metadata().unwrap().len(), MAX_BYTES);

@@ -57,6 +57,8 @@ pub struct Collector {
     rotated: Option<(Reader, Instant)>,
     decisions: BTreeMap<(String, String), u64>,
     refusals: BTreeMap<String, u64>,
+    /// Invocations that waited for the delegate, and the milliseconds they waited, by verb.
+    held: BTreeMap<String, (u64, u64)>,
     malformed: u64,
     ready: Option<bool>,
     not_ready: Duration,
@@ -89,6 +91,7 @@ impl Collector {
             rotated: None,
             decisions: BTreeMap::new(),
             refusals: BTreeMap::new(),
+            held: BTreeMap::new(),
             malformed: 0,
             ready: None,
             not_ready: Duration::ZERO,
@@ -164,18 +167,22 @@ impl Collector {
         };
         let lines: Vec<u8> = r.partial.drain(..complete).collect();
         for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            let known = |(verb, decision, _): &(&str, &str, &str)| {
-                (VERBS.contains(verb) || *verb == "other")
-                    && (DECISIONS.contains(decision) || *decision == "other")
+            let known = |e: &Line<'_>| {
+                (VERBS.contains(&e.verb) || e.verb == "other")
+                    && (DECISIONS.contains(&e.decision) || e.decision == "other")
             };
             match std::str::from_utf8(line).ok().and_then(parse).filter(known) {
-                Some((verb, decision, reason)) => {
+                Some(e) => {
                     *self
                         .decisions
-                        .entry((verb.to_owned(), decision.to_owned()))
+                        .entry((e.verb.to_owned(), e.decision.to_owned()))
                         .or_default() += 1;
-                    if decision == "refused" {
-                        *self.refusals.entry(reason.to_owned()).or_default() += 1;
+                    if e.decision == "refused" {
+                        *self.refusals.entry(e.reason.to_owned()).or_default() += 1;
+                    }
+                    if let Some(ms) = e.waited_ms {
+                        let held = self.held.entry(e.verb.to_owned()).or_default();
+                        *held = (held.0 + 1, held.1 + ms);
                     }
                 }
                 None => self.malformed += 1,
@@ -246,6 +253,31 @@ impl Collector {
         }
         let _ = writeln!(
             out,
+            "# HELP cni_guard_held_total Invocations of the cni-guard plugin on this node that waited for the delegate (ADD up to waitSeconds, DEL up to delWaitSeconds), however they ended, by verb.\n\
+             # TYPE cni_guard_held_total counter"
+        );
+        let mut held = self.held.clone();
+        for v in ["add", "del"] {
+            held.entry(v.to_owned()).or_default();
+        }
+        for (verb, (n, _)) in &held {
+            let _ = writeln!(out, "cni_guard_held_total{{verb=\"{}\"}} {n}", label(verb));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP cni_guard_held_seconds_total Seconds those invocations waited for the delegate, by verb.\n\
+             # TYPE cni_guard_held_seconds_total counter"
+        );
+        for (verb, (_, ms)) in &held {
+            let seconds = *ms as f64 / 1000.0;
+            let _ = writeln!(
+                out,
+                "cni_guard_held_seconds_total{{verb=\"{}\"}} {seconds:.3}",
+                label(verb)
+            );
+        }
+        let _ = writeln!(
+            out,
             "# HELP cni_guard_not_ready_seconds_total Seconds this node was seen not ready (ADD would be refused).\n\
              # TYPE cni_guard_not_ready_seconds_total counter\n\
              cni_guard_not_ready_seconds_total {:.3}",
@@ -292,18 +324,64 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// One line of the events file (without its newline): `(verb, decision, reason)`; `None` for
-/// anything that is not three tokens.
-fn parse(line: &str) -> Option<(&str, &str, &str)> {
+/// One line of the events file, as the plugin writes it (`cni_guard::events`).
+#[derive(Debug, PartialEq, Eq)]
+struct Line<'a> {
+    verb: &'a str,
+    decision: &'a str,
+    reason: &'a str,
+    /// The milliseconds the invocation waited for the delegate, when it did.
+    waited_ms: Option<u64>,
+}
+
+/// One line of the events file (without its newline); `None` for anything that is not three
+/// tokens and, optionally, the milliseconds waited.
+fn parse(line: &str) -> Option<Line<'_>> {
     let mut it = line.split(' ');
     let (verb, decision, reason) = (it.next()?, it.next()?, it.next()?);
-    (it.next().is_none() && [verb, decision, reason].into_iter().all(is_token))
-        .then_some((verb, decision, reason))
+    let waited_ms = match it.next() {
+        None => None,
+        Some(ms) if ms.bytes().all(|b| b.is_ascii_digit()) => Some(ms.parse().ok()?),
+        Some(_) => return None,
+    };
+    let tokens = [verb, decision, reason].into_iter().all(is_token);
+    (it.next().is_none() && tokens).then_some(Line {
+        verb,
+        decision,
+        reason,
+        waited_ms,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_with_and_without_the_wait_parse() {
+        let line = |verb, decision, reason, waited_ms| Line {
+            verb,
+            decision,
+            reason,
+            waited_ms,
+        };
+        assert_eq!(parse("add exec -"), Some(line("add", "exec", "-", None)));
+        assert_eq!(
+            parse("del done - 1234"),
+            Some(line("del", "done", "-", Some(1234)))
+        );
+        for bad in [
+            "",
+            "add",
+            "add exec",
+            "add exec - x",
+            "add exec - 1 2",
+            "add  exec -",
+            "add exec \u{e9}",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
     use cni_guard::events::Event;
 
     fn ev(verb: &'static str, decision: &'static str, reason: &'static str) -> Event {
@@ -311,6 +389,7 @@ mod tests {
             verb: cni_guard::verb::Command::parse(&verb.to_ascii_uppercase()),
             decision,
             reason,
+            waited: None,
         }
     }
 

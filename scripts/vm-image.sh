@@ -12,8 +12,8 @@
 #                         (only the modules to mount the root: virtio_pci, virtio_blk, ext4)
 #   recipe       what the recipe hash was made of
 # <recipe> is a hash of this script and the versions it puts in (scripts/versions.sh): a change
-# to either builds a new folder; the same recipe is never built twice. The build goes to
-# <folder>.partial and is renamed when complete.
+# to either builds a new folder (and removes the older ones); the same recipe is never built
+# twice. The build goes to <folder>.partial and is renamed when complete.
 #
 # What is in it: mmdebstrap (Debian's apt-based debootstrap) of bookworm, variant minbase, from
 # this machine's own apt sources, plus the packages in PACKAGES; Debian's runc (1.1.5, as on the
@@ -25,9 +25,10 @@
 #                           /etc, writes eth0's address for systemd-networkd, makes net1-parent
 #                           (a veth pair: the macvlan parent of net1) and the DNAT of the
 #                           `kubernetes` Service address to the API server (no kube-proxy)
-#   containerd.service      as upstream's (KillMode=process, Delegate=yes)
-#   vm-node-images.service  after containerd: imports /seed/images/*.tar once per image
-#   kubelet.service         after both; --node-ip from node.env
+#   containerd.service      as upstream's (KillMode=process, Delegate=yes); its root
+#                           /var/lib/containerd is the run's third disk (label vm-containerd),
+#                           holding the images (scripts/vm-node.sh imports them on the host)
+#   kubelet.service         after containerd; --node-ip from node.env
 #   qemu-guest-agent        the test's way in (virtio-serial): exec, files, the guest's clock
 # The journal is persistent (/var/log/journal), so a boot's logs are read after the next.
 # Needs root, mmdebstrap, mke2fs (e2fsprogs) and the binaries scripts/setup.sh builds.
@@ -71,7 +72,7 @@ configure() {
   install -m 0755 "$CONTAINERD2_BIN"/{containerd,containerd-shim-runc-v2,ctr} \
     "$KUBERNETES_BIN/kubelet" "$CRICTL_BIN/crictl" "$ROOT/usr/local/bin/"
   mkdir -p "$ROOT/opt/cni/bin" "$ROOT/etc/cni/net.d" "$ROOT/etc/containerd" \
-    "$ROOT/etc/kubernetes" "$ROOT/seed" "$ROOT/var/log/journal" "$ROOT/var/lib/vm-node/images"
+    "$ROOT/etc/kubernetes" "$ROOT/seed" "$ROOT/var/log/journal" "$ROOT/var/lib/containerd"
   for b in "$CNI_PLUGINS_BIN"/*; do install -m 0755 "$b" "$ROOT/opt/cni/bin/"; done
 
   echo cni-guard-vm >"$ROOT/etc/hostname"
@@ -79,7 +80,8 @@ configure() {
   : >"$ROOT/etc/resolv.conf" # no name service: nothing here resolves names
   cat >"$ROOT/etc/fstab" <<'EOF'
 /dev/vda / ext4 rw,errors=remount-ro 0 0
-LABEL=vm-seed /seed ext4 ro,nofail,x-systemd.device-timeout=30s 0 0
+LABEL=vm-seed /seed ext4 ro,x-systemd.device-timeout=60s 0 0
+LABEL=vm-containerd /var/lib/containerd ext4 rw,x-systemd.device-timeout=60s 0 0
 EOF
   printf 'runtime-endpoint: unix:///run/containerd/containerd.sock\ntimeout: 30\n' >"$ROOT/etc/crictl.yaml"
 
@@ -111,20 +113,7 @@ for chain in OUTPUT PREROUTING; do
     iptables -t nat -A "$chain" -d "$SERVICE_IP/32" -p tcp --dport 443 -j DNAT --to-destination "$API_IP:6443"
 done
 EOF
-  cat >"$ROOT/usr/local/sbin/vm-node-images" <<'EOF'
-#!/bin/sh
-# After containerd (vm-node-images.service): each image tarball of the seed imported once (the
-# content store is on disk and survives reboots).
-set -eu
-for t in /seed/images/*.tar; do
-  [ -f "$t" ] || continue
-  sum=$(sha256sum "$t" | cut -d' ' -f1)
-  [ -e "/var/lib/vm-node/images/$sum" ] && continue
-  ctr -n k8s.io images import "$t"
-  touch "/var/lib/vm-node/images/$sum"
-done
-EOF
-  chmod 0755 "$ROOT/usr/local/sbin/vm-node-init" "$ROOT/usr/local/sbin/vm-node-images"
+  chmod 0755 "$ROOT/usr/local/sbin/vm-node-init"
 
   unit vm-node-init.service <<'EOF'
 [Unit]
@@ -146,6 +135,7 @@ EOF
 Description=containerd container runtime
 After=network.target local-fs.target vm-node-init.service
 Requires=vm-node-init.service
+RequiresMountsFor=/var/lib/containerd
 [Service]
 ExecStartPre=-/sbin/modprobe overlay
 ExecStart=/usr/local/bin/containerd
@@ -161,24 +151,11 @@ OOMScoreAdjust=-999
 [Install]
 WantedBy=multi-user.target
 EOF
-  unit vm-node-images.service <<'EOF'
-[Unit]
-Description=the seed's images into containerd
-After=containerd.service
-Requires=containerd.service
-Before=kubelet.service
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/usr/local/sbin/vm-node-images
-[Install]
-WantedBy=multi-user.target
-EOF
   unit kubelet.service <<'EOF'
 [Unit]
 Description=kubelet
-After=containerd.service vm-node-images.service
-Wants=containerd.service vm-node-images.service
+After=containerd.service
+Wants=containerd.service
 [Service]
 EnvironmentFile=/seed/node.env
 ExecStart=/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet.yaml --kubeconfig=/etc/kubernetes/kubelet.kubeconfig --node-ip=${NODE_IP} --v=2
@@ -188,7 +165,7 @@ RestartSec=2
 WantedBy=multi-user.target
 EOF
   chroot "$ROOT" systemctl enable --quiet systemd-networkd.service vm-node-init.service \
-    containerd.service vm-node-images.service kubelet.service
+    containerd.service kubelet.service
   # What a test node does not need at boot (timers, a console on a display it has not).
   chroot "$ROOT" systemctl mask --quiet apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer \
     e2scrub_all.timer e2scrub_reap.service fstrim.timer systemd-tmpfiles-clean.timer \
@@ -223,11 +200,13 @@ build() {
   configure
   cp "$ROOT"/boot/vmlinuz-* "$DIR.partial/vmlinuz"
   cp "$ROOT"/boot/initrd.img-* "$DIR.partial/initrd.img"
-  mke2fs -q -t ext4 -L vm-root -d "$ROOT" "$DIR.partial/disk.raw" 3G
+  mke2fs -q -t ext4 -L vm-root -d "$ROOT" "$DIR.partial/disk.raw" 3G >/dev/null
   rm -rf "$ROOT"
   recipe >"$DIR.partial/recipe"
   rm -rf "$DIR"
   mv "$DIR.partial" "$DIR"
+  # Older recipes are of no further use (each is about 1 GB).
+  find "$VM_CACHE" -mindepth 1 -maxdepth 1 -type d -name "$SUITE-*" ! -path "$DIR" -exec rm -rf {} +
   say "built $DIR in $((SECONDS - t0)) s ($(du -sh --apparent-size "$DIR/disk.raw" | cut -f1) disk, $(du -sh "$DIR/disk.raw" | cut -f1) used)"
 }
 

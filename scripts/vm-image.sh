@@ -84,11 +84,17 @@ LABEL=vm-seed /seed ext4 ro,x-systemd.device-timeout=60s 0 0
 LABEL=vm-containerd /var/lib/containerd ext4 rw,x-systemd.device-timeout=60s 0 0
 EOF
   printf 'runtime-endpoint: unix:///run/containerd/containerd.sock\ntimeout: 30\n' >"$ROOT/etc/crictl.yaml"
+  # The test's sandbox and pods run busybox's sleep as PID 1, which ignores SIGTERM (a real pause
+  # container exits on it): systemd would wait its default 90 s for each container's scope at
+  # every shutdown. Multus's daemon, the one process the test looks at, exits on SIGTERM at once.
+  mkdir -p "$ROOT/etc/systemd/system.conf.d"
+  printf '[Manager]\nDefaultTimeoutStopSec=10s\n' >"$ROOT/etc/systemd/system.conf.d/10-vm-node.conf"
 
   cat >"$ROOT/usr/local/sbin/vm-node-init" <<'EOF'
 #!/bin/sh
 # Every boot (vm-node-init.service): the run's seed into /etc, eth0's address, net1-parent,
-# the `kubernetes` Service address to the API server.
+# the `kubernetes` Service address to the API server (a route for it, or a local connect fails
+# before the DNAT: no default route here).
 set -eu
 [ -f /seed/node.env ] || { echo "vm-node-init: no seed (/seed/node.env)" >&2; exit 1; }
 . /seed/node.env
@@ -103,6 +109,9 @@ LinkLocalAddressing=no
 IPv6AcceptRA=no
 [Route]
 Destination=$API_NET
+Gateway=$GATEWAY
+[Route]
+Destination=$SERVICE_IP/32
 Gateway=$GATEWAY
 NET
 ip link show net1-parent >/dev/null 2>&1 || ip link add net1-parent type veth peer name net1-peer
@@ -169,7 +178,7 @@ EOF
   # What a test node does not need at boot (timers, a console on a display it has not).
   chroot "$ROOT" systemctl mask --quiet apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer \
     e2scrub_all.timer e2scrub_reap.service fstrim.timer systemd-tmpfiles-clean.timer \
-    getty@tty1.service systemd-logind.service \
+    getty@tty1.service \
     systemd-networkd-wait-online.service
 }
 

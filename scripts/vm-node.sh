@@ -25,9 +25,10 @@
 # /var/lib/containerd with the images of $CLUSTER_DIR/images, imported on the host), qemu's pid,
 # its serial console (serial.log) and the guest agent's socket.
 #
-# Environment: VM_MEMORY (MiB, default 1536), VM_CPUS (default 1), VM_TIMEOUT (seconds the node
-# may take to register after qemu starts, default 300). Under software emulation (TCG: this
-# machine's KVM cannot run a stock kernel, see docs/development/testing.md). Needs root.
+# Environment: VM_MEMORY (MiB, default 1536), VM_CPUS (default 2: multi-threaded TCG, a host
+# thread each), VM_TIMEOUT (seconds the node may take to register after qemu starts, default
+# 300). Under software emulation (TCG: this machine's KVM cannot run a stock kernel, see
+# docs/development/testing.md). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -262,11 +263,11 @@ up() {
   make_seed
   make_containerd_disk
   make_network
-  say "starting qemu (TCG, $((${VM_MEMORY:-1536})) MiB, ${VM_CPUS:-1} vCPU) on $image"
+  say "starting qemu (TCG, $((${VM_MEMORY:-1536})) MiB, ${VM_CPUS:-2} vCPU) on $image"
   # setsid: qemu outlives no one by accident (down kills it by pid); descriptor 9 (a caller's
   # lock) is not handed down.
   setsid nsenter --net="$NETNS_PATH" -- qemu-system-x86_64 -name "$VM_NAME" \
-    -accel tcg,tb-size=128 -cpu qemu64 -M q35 -smp "${VM_CPUS:-1}" -m "${VM_MEMORY:-1536}" \
+    -accel tcg,tb-size=128 -cpu qemu64 -M q35 -smp "${VM_CPUS:-2}" -m "${VM_MEMORY:-1536}" \
     -display none -vga none -monitor none -serial "file:$VM_DIR/serial.log" \
     -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
     -append "root=/dev/vda rw console=ttyS0 net.ifnames=0 mitigations=off" \

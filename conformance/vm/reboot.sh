@@ -114,18 +114,20 @@ fi
 if [ "$GUARD" = off ]; then
   in_vm 'rm -f /etc/cni/net.d/00-cni-guard.conflist /opt/cni/bin/cni-guard'
 fi
+multus_config() { "$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data}' 2>/dev/null || true; }
+config_before=$(multus_config)
 scripts/vm-node.sh manifest multus.yaml | "$K" apply -f - >/dev/null
 wait_until "the NetworkAttachmentDefinition CRD" 60 "$K" get crd network-attachment-definitions.k8s.cni.cncf.io -o name
 "$K" wait --for=condition=Established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
 scripts/vm-node.sh manifest net1-nad.yaml | "$K" apply -f - >/dev/null
-# A changed daemon-config takes a new Multus pod.
-if [ "$(in_vm 'cat /etc/cni/net.d/00-multus.conf 2>/dev/null' | grep -c '"name": *"cilium"')" = 0 ]; then
+# A changed daemon-config takes a new Multus pod (the DaemonSet's own template did not change).
+if [ -n "$config_before" ] && [ "$(multus_config)" != "$config_before" ]; then
   "$K" -n kube-system delete pod -l app=multus --wait=false >/dev/null 2>&1 || true
 fi
-wait_until "Multus (00-multus.conf written, its pod Ready)" 300 multus_ready
+wait_until "Multus (00-multus.conf written, its pod Ready)" "$TIMEOUT" multus_ready
 if [ "$GUARD" = on ]; then
   scripts/vm-node.sh manifest guard | "$K" apply -f - >/dev/null
-  "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=300s >/dev/null
+  "$K" -n cni-guard rollout status daemonset/cni-guard --timeout="${TIMEOUT}s" >/dev/null
   wait_until "00-cni-guard.conflist" 60 in_vm 'test -s /etc/cni/net.d/00-cni-guard.conflist'
   "$K" -n cni-guard exec ds/cni-guard -c keep -- "$GUARD_AGENT" check \
     --config=/host/etc/cni/net.d/00-cni-guard.conflist --host-root=/host --cni-path=/opt/cni/bin >&2 ||
@@ -141,7 +143,7 @@ for i in $(seq "$PODS"); do
     <(scripts/vm-node.sh manifest pod-net1.yaml)
   echo ---
 done | "$K" apply -f - >/dev/null
-"$K" wait --for=condition=Ready --timeout=300s pod -l "$LABEL" >/dev/null ||
+"$K" wait --for=condition=Ready --timeout="${TIMEOUT}s" pod -l "$LABEL" >/dev/null ||
   fail "the pods are not Ready before the reboot: $("$K" get pods -l "$LABEL" -o wide)"
 interfaces() { # POD -> "eth0 net1", "eth0", ...: its interfaces with an IPv4 address
   "$K" exec "$1" -- ip -o -4 addr | awk '$2 != "lo" { print $2 }' | sort | tr '\n' ' '

@@ -109,7 +109,8 @@ vm --stdin "$W/primary" -- /bin/sh -c 'mkdir -p /etc/cni/net.d /etc/cni/multus/n
   mv /etc/cni/net.d/.05-cilium.tmp /etc/cni/net.d/05-cilium.conflist'
 if [ "$GUARD" = off ] && "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1; then
   "$K" -n cni-guard delete daemonset cni-guard --wait=true --timeout=120s >/dev/null
-  wait_until "the guard's pod to go" 120 test -z "$("$K" -n cni-guard get pods -o name 2>/dev/null)"
+  guard_pods_gone() { [ -z "$("$K" -n cni-guard get pods -o name 2>/dev/null)" ]; }
+  wait_until "the guard's pod to go" 120 guard_pods_gone
 fi
 if [ "$GUARD" = off ]; then
   in_vm 'rm -f /etc/cni/net.d/00-cni-guard.conflist /opt/cni/bin/cni-guard'

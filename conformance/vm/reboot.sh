@@ -97,6 +97,8 @@ wait_until() { # WHAT SECONDS COMMAND...
 
 # --- the layout -----------------------------------------------------------------------------------
 t=$(now)
+# An earlier run's pods (same names) must be gone, or `apply` would patch pods still terminating.
+"$K" delete pod -l "$LABEL" --wait=true --timeout="${TIMEOUT}s" >/dev/null
 primary=$(python3 - <<'EOF'
 import json
 print(json.dumps({"cniVersion": "1.0.0", "name": "cilium", "plugins": [{"type": "bridge", "bridge": "cni-guard0",
@@ -157,7 +159,7 @@ pod_field() { # JSONPATH (per pod) -> "name value" lines of the test pods
   "$K" get pods -l "$LABEL" -o jsonpath="{range .items[*]}{.metadata.name} $1{\"\\n\"}{end}"
 }
 pod_field '{.status.containerStatuses[0].restartCount}' >"$W/restarts-before"
-in_vm "crictl pods --label $LABEL=1 -q" >"$W/sandboxes-before"
+in_vm "crictl pods --label $LABEL=1 --state ready -q" >"$W/sandboxes-before"
 [ "$(wc -l <"$W/sandboxes-before")" = "$PODS" ] || fail "not $PODS sandboxes before the reboot: $(cat "$W/sandboxes-before")"
 phase pods "$t"
 

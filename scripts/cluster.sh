@@ -56,7 +56,10 @@
 # ready) once it is ready; cilium-cni goes into the node's bin dir, and the guard gets the
 # agent's socket as a `sockets` precondition. CLUSTER_CILIUM_EXCLUSIVE=true runs the agent with
 # --cni-exclusive=true (the Helm chart's default; false by default here, as the seed sets it).
-# CLUSTER_GUARD_WAIT=N for the guard's --wait-seconds (the manifest's, 60, by default; the
+# CLUSTER_NODE=none brings up the control plane alone (etcd, API server, controller manager,
+# scheduler) and writes the images to $CLUSTER_DIR/images, for a node of its own to join it
+# (conformance/vm: a virtual machine on a bridge in this namespace); default netns, the node
+# above. CLUSTER_GUARD_WAIT=N for the guard's --wait-seconds (the manifest's, 60, by default; the
 # scenarios about the refusal itself pin 0), CLUSTER_GUARD_ARGS="--flag=... ..." for more flags
 # of the guard's install and keep (host paths, moved under the node's folder like the
 # manifest's). Needs root.
@@ -106,6 +109,11 @@ PRIMARY=${CLUSTER_PRIMARY:-bridge}
 case "$PRIMARY" in
   bridge | cilium) ;;
   *) echo "cluster: CLUSTER_PRIMARY is bridge or cilium, not $PRIMARY" >&2; exit 2 ;;
+esac
+NODE_KIND=${CLUSTER_NODE:-netns}
+case "$NODE_KIND" in
+  netns | none) ;;
+  *) echo "cluster: CLUSTER_NODE is netns or none, not $NODE_KIND" >&2; exit 2 ;;
 esac
 CILIUM_EXCLUSIVE=${CLUSTER_CILIUM_EXCLUSIVE:-false}
 case "$CILIUM_EXCLUSIVE" in
@@ -793,8 +801,9 @@ apiserver_ready() {
 }
 
 is_up() {
-  local d
-  for d in "${DAEMONS[@]}"; do [ -n "$(pid_of "$d")" ] || return 1; done
+  local d daemons=("${DAEMONS[@]}")
+  if [ "$(cat "$CLUSTER_DIR/node-kind" 2>/dev/null)" = none ]; then daemons=("${DAEMONS[@]:0:4}"); fi
+  for d in "${daemons[@]}"; do [ -n "$(pid_of "$d")" ] || return 1; done
   if [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = cilium ]; then
     [ -n "$(pid_of cilium-agent)" ] || return 1
   fi
@@ -888,6 +897,13 @@ up() {
     --leader-elect=false --bind-address=127.0.0.1 --profiling=false
 
   make_images
+  echo "$NODE_KIND" >"$CLUSTER_DIR/node-kind"
+  if [ "$NODE_KIND" = none ]; then
+    trap - EXIT INT TERM
+    say "control plane up in $((SECONDS - t0))s at $NODE_IP (API https://$NODE_IP:6443), no node; images in $CLUSTER_DIR/images"
+    echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+    return 0
+  fi
   # containerd finds its shim in PATH: its own, not Debian's 1.6 shim in /usr/bin (that one
   # fails with "start failed: io.containerd.runc.v2: type with url <id>: not found").
   start_guard_syslog

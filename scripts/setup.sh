@@ -18,15 +18,17 @@
 #      kubelet, kubectl), each through a small wrapper module generated in a temp dir
 #      (wrapper_mod below); Kubernetes is by far the longest build (500 s of CPU: 4.5 min on 2
 #      idle cores, 17 min on loaded ones). Then Cilium's agent and CNI plugin (CLUSTER_PRIMARY=
-#      cilium), the same way (700 s of CPU, 17 min on loaded cores); Helm and promtool last
-#      (scripts/setup-helm.sh).
+#      cilium), the same way (700 s of CPU, 17 min on loaded cores); Helm and promtool
+#      (scripts/setup-helm.sh); last the VM node's disk image (scripts/vm-image.sh: Debian from
+#      mmdebstrap with containerd, kubelet and the plugins above, cached by recipe).
 #
 #   scripts/setup.sh                  # everything, in the foreground
 #   scripts/setup.sh --background     # steps 1-2 and the containerd-side builds of 3 (what the
 #                                     # cargo tests and the 20/25/30 suites need) in the
 #                                     # foreground; the node's builds (etcd, Multus, Kubernetes,
-#                                     # then Cilium, Helm, promtool) go on in the background at
-#                                     # nice 19, logged to $CNI_GUARD_GO_CACHE/setup-background.log
+#                                     # then Cilium, Helm, promtool, the VM image) go on in the
+#                                     # background at nice 19, logged to
+#                                     # $CNI_GUARD_GO_CACHE/setup-background.log
 #   scripts/setup.sh --wait cluster   # waits for etcd, Multus and Kubernetes (builds them here
 #                                     # when no background build is there), checks them
 #   scripts/setup.sh --wait           # the same for everything
@@ -48,6 +50,7 @@ PACKAGES=(
   hyperfine                                     # the latency measurements
   shellcheck                                    # actionlint checks the workflows' run: scripts with it (45-helm.sh)
   clang-19 llvm-19 ipset                        # the Cilium agent's datapath (CLUSTER_PRIMARY=cilium)
+  qemu-system-x86 qemu-utils mmdebstrap         # the VM node (scripts/vm-image.sh, 38-vm.sh)
 )
 CNITOOL=${CNITOOL:-/usr/local/bin/cnitool}
 mode=all wait_for=
@@ -485,6 +488,10 @@ rest_builds() {
 
   # --- Helm and promtool (the chart's and the metrics' tests), pinned and cached the same way ---
   bash scripts/setup-helm.sh
+
+  # --- the VM node's disk image (38-vm.sh): Debian from mmdebstrap with the binaries above,
+  # cached by recipe under /var/cache/cni-guard/vm ---
+  bash scripts/vm-image.sh build >/dev/null
 }
 
 # --- what runs where ---------------------------------------------------------------------------
@@ -560,7 +567,7 @@ start_background() {
     echo "rest=$?" >>"$BG_STATUS"
   ) &
   exec 8>&- 9>&-
-  say "building etcd, Multus, Kubernetes, then Cilium, Helm, promtool in the background (pid $!, nice 19, log $BG_LOG)"
+  say "building etcd, Multus, Kubernetes, then Cilium, Helm, promtool and the VM image in the background (pid $!, nice 19, log $BG_LOG)"
 }
 
 case $mode in

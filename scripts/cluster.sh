@@ -10,7 +10,8 @@
 #   scripts/cluster.sh containerd-restart   containerd stopped (SIGTERM, as its service is) and
 #                               started again, the pods left running
 #   scripts/cluster.sh reboot   the node (not its control plane) restarts: kubelet and containerd
-#                               stopped, every pod killed, /run wiped, then booted again
+#                               stopped, every pod killed, /run wiped (and /etc/cni with
+#                               CLUSTER_REBOOT_ETC_CNI=tmpfs, as on Talos 1.14), then booted again
 #   scripts/cluster.sh cilium stop [--uninstall] | start   (CLUSTER_PRIMARY=cilium) stop the agent
 #                               (SIGTERM; --uninstall then removes its conflist, as the chart's
 #                               preStop does with cni.uninstall) or start it again, with
@@ -652,11 +653,23 @@ cilium_sock_up() { curl -sf --unix-socket "$CILIUM_SOCK" http://localhost/v1/hea
 start_cilium() {
   local conf_dir
   conf_dir=$(primary_conf_dir)
-  mkdir -p "$CILIUM_BPFFS" "$CILIUM_RUN"
-  mountpoint -q "$CILIUM_BPFFS" || mount -t bpf bpf "$CILIUM_BPFFS"
   say "applying Cilium $CILIUM_VERSION's CRDs"
   kubectl apply --server-side -f "$CILIUM_LIB/crds/v2" -f "$CILIUM_LIB/crds/v2alpha1" >/dev/null
   wait_for "node $NODE_NAME's podCIDR (kube-controller-manager)" node_has_pod_cidr
+  launch_cilium
+  local t=$TIMEOUT
+  TIMEOUT=${CLUSTER_CILIUM_TIMEOUT:-420}
+  wait_for "the Cilium agent's API (logs/cilium-agent.log)" cilium_sock_up
+  wait_for "Cilium's 05-cilium.conflist in $conf_dir" test -s "$conf_dir/05-cilium.conflist"
+  TIMEOUT=$t
+  say "Cilium agent up; $conf_dir/05-cilium.conflist written"
+}
+# The agent process alone, not waited for (a reboot starts it as kubelet would start its pod).
+launch_cilium() {
+  local conf_dir
+  conf_dir=$(primary_conf_dir)
+  mkdir -p "$CILIUM_BPFFS" "$CILIUM_RUN"
+  mountpoint -q "$CILIUM_BPFFS" || mount -t bpf bpf "$CILIUM_BPFFS"
   # clang (-> clang-19) comes first in PATH: the agent compiles its datapath with `clang`.
   start cilium-agent env PATH="$CILIUM_BIN:$PATH" K8S_NODE_NAME="$NODE_NAME" \
     CILIUM_K8S_NAMESPACE=kube-system "$CILIUM_BIN/cilium-agent" \
@@ -671,12 +684,6 @@ start_cilium() {
     --enable-hubble=false --agent-health-port=9879 \
     --write-cni-conf-when-ready="$conf_dir/05-cilium.conflist" \
     --cni-exclusive="$CILIUM_EXCLUSIVE"
-  local t=$TIMEOUT
-  TIMEOUT=${CLUSTER_CILIUM_TIMEOUT:-420}
-  wait_for "the Cilium agent's API (logs/cilium-agent.log)" cilium_sock_up
-  wait_for "Cilium's 05-cilium.conflist in $conf_dir" test -s "$conf_dir/05-cilium.conflist"
-  TIMEOUT=$t
-  say "Cilium agent up; $conf_dir/05-cilium.conflist written"
 }
 
 # --- the node's own daemons (also started again by containerd-restart and reboot) ---------------
@@ -710,46 +717,83 @@ containerd_restart() {
 # reboot: the node restarts, its control plane (another machine in production) does not. As a
 # systemd shutdown goes: kubelet and containerd stopped (SIGTERM), then every process left of
 # the node's pods and shims SIGTERMed (Multus removes 00-multus.conf at the end of its 10 s
-# grace), SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15; systemd waits up to 90 s; 0 is a
+# grace) with the Cilium agent (a pod in production; it leaves its conflist where it is),
+# SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15; systemd waits up to 90 s; 0 is a
 # power cut: Multus's file stays behind with nothing serving its socket);
-# what lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, every pod
-# network namespace, the pods' bridge): /run is wiped. What is on disk stays: etc/ (the guard's
-# 00-cni-guard.conflist), var/lib (containerd's sandboxes, kubelet's pods, libcni's, Multus's
-# and the guard's caches, host-local's leases). Then the node boots: guard-syslog, containerd,
-# kubelet, in that order; the guard's and Multus's pods come back when kubelet starts them.
+# what lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, bpffs, every pod
+# network namespace, the pods' bridge and Cilium's devices): /run is wiped. What is on disk
+# stays: var/lib (containerd's sandboxes, kubelet's pods, libcni's, Multus's and the guard's
+# caches, host-local's leases) and, with CLUSTER_REBOOT_ETC_CNI=disk (the default, Talos up to
+# 1.13), etc/cni (the guard's 00-cni-guard.conflist, the primary's 05-cilium.conflist). With
+# CLUSTER_REBOOT_ETC_CNI=tmpfs (Talos 1.14 and later: /etc/cni is a tmpfs) etc/cni is empty at
+# boot but for its two folders, and every writer writes its file again: the guard's init
+# container, Multus, and the primary. Then the node boots: guard-syslog, containerd, kubelet, in
+# that order (the boot's time, in ms, goes to $CLUSTER_DIR/boot-ms), and the primary: the Cilium
+# agent again, or, for the bridge stand-in on a tmpfs boot, a stand-in agent that writes
+# 05-cilium.conflist CLUSTER_PRIMARY_DELAY s after the boot (default 5: the real agent writes its
+# file about 5 s after it starts here). The guard's and Multus's pods come back when kubelet
+# starts them.
 reboot_node() {
-  [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = bridge ] || die "reboot: only with CLUSTER_PRIMARY=bridge"
+  local primary etc_cni=${CLUSTER_REBOOT_ETC_CNI:-disk}
+  primary=$(cat "$CLUSTER_DIR/primary" 2>/dev/null) || die "the node was not brought up by this script"
+  case "$etc_cni" in disk | tmpfs) ;; *) die "CLUSTER_REBOOT_ETC_CNI is disk or tmpfs, not $etc_cni" ;; esac
   [ -n "$(pid_of kubelet)" ] && [ -n "$(pid_of containerd)" ] || die "the node does not run"
   stop kubelet 15
   stop containerd 15
-  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15}
+  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15} memory="^$NODE/(run|var/lib/kubelet/pods|sys/fs/bpf)(/|\$)"
   for i in TERM KILL; do
-    pids=$(node_pids)
+    # (the primary's agent, a node process here, with the pods)
+    pids=$(node_pids; pid_of cilium-agent; pid_of primary-standin)
     # shellcheck disable=SC2086 # one pid a word
     [ -z "$pids" ] || kill -"$i" $pids 2>/dev/null || true
     for ((m = 0; m < grace * 10; m++)); do [ -n "$(node_pids)" ] || break; sleep 0.1; done
     grace=5
   done
   [ -z "$(node_pids)" ] || die "reboot: processes of the node left: $(node_pids | tr '\n' ' ')"
+  stop cilium-agent 10
+  stop primary-standin 1
   stop guard-syslog
   for ((i = 0; i < 5; i++)); do
     while read -r m; do
       [ -n "$m" ] || continue
       umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done < <(mounts_below | grep -E "^$NODE/(run|var/lib/kubelet/pods)/" || true)
+    done < <(mounts_below | grep -E "$memory" || true)
   done
-  if mounts_below | grep -qE "^$NODE/(run|var/lib/kubelet/pods)/"; then
-    die "reboot: mounts left: $(mounts_below | grep -E "^$NODE/(run|var/lib/kubelet/pods)/" | tr '\n' ' ')"
+  if mounts_below | grep -qE "$memory"; then
+    die "reboot: mounts left: $(mounts_below | grep -E "$memory" | tr '\n' ' ')"
   fi
   rm -rf "${NODE:?}"/run/*
   mkdir -p "$NODE"/run/{containerd,multus}
   in_node ip link del cni-guard0 2>/dev/null || true
-  say "node down: /run wiped, pods' network namespaces gone; booting"
+  in_node ip link del cilium_host 2>/dev/null || true # (and its peer cilium_net)
+  if [ "$etc_cni" = tmpfs ]; then
+    rm -rf "${NODE:?}"/etc/cni
+    mkdir -p "$NODE"/etc/cni/{net.d,multus/net.d}
+  fi
+  say "node down: /run wiped, pods' network namespaces gone, /etc/cni on $etc_cni; booting"
   start_guard_syslog
+  date +%s%3N >"$CLUSTER_DIR/boot-ms"
   start_containerd
   start_kubelet
   restore_sysctls
-  say "node booted (kubelet started)"
+  if [ "$primary" = cilium ]; then
+    launch_cilium
+  elif [ "$etc_cni" = tmpfs ] && [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
+    launch_primary_standin "${CLUSTER_PRIMARY_DELAY:-5}"
+  fi
+  say "node booted (kubelet started; /etc/cni $etc_cni)"
+}
+
+# The bridge stand-in's agent, after a boot that emptied /etc/cni: it writes 05-cilium.conflist
+# (same-folder temp file and rename, as Cilium does) SECONDS after it starts, then stays, as an
+# agent does. A node daemon like the real agent (`down` and the next reboot stop it).
+launch_primary_standin() { # SECONDS
+  local dir
+  dir=$(primary_conf_dir)
+  # shellcheck disable=SC2016 # the inner shell's arguments
+  start primary-standin /bin/sh -c 'sleep "$1" && mkdir -p "$3" &&
+    cp "$2" "$3/.05-cilium.conflist.tmp" && mv -f "$3/.05-cilium.conflist.tmp" "$3/05-cilium.conflist" &&
+    echo "wrote $3/05-cilium.conflist" && exec sleep 2147483647' primary-standin "$1" "$CLUSTER_DIR/05-cilium.conflist" "$dir"
 }
 
 # The processes of the node's pods and their shims: the pods' cgroups (kubelet's cgroupRoot,
@@ -1038,5 +1082,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

@@ -29,8 +29,9 @@
 #   unknown_s          the part of notready_s that follows failed polls (so notready_s -
 #                      unknown_s is what the node itself reported)
 #   recovery_s         from Multus back (the last restart) to every pod Running with net1;
-#                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s (a bare
-#                      pod stays bare: only replacing it helps)
+#                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s, or
+#                      when every pod runs and some are bare (a bare pod stays bare: only
+#                      replacing it helps; the run does not wait that bound out then)
 #   refused            the guard's own refusals in the run: its log lines (logs/guard-syslog.log,
 #                      see scripts/cluster.sh) "verb=ADD ... decision=refused code=11"
 #   held               the ADDs the guard held until Multus was back and then ran (its log
@@ -278,15 +279,23 @@ recovery=never
 while ((SECONDS - t_back < RECOVERY_TIMEOUT)); do
   classify
   mapfile -t live < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' | awk -F'|' '$2 == ""')
-  n_run=0 n_full=0
+  n_run=0 n_full=0 n_bare=0
   for l in "${live[@]}"; do
     IFS='|' read -r name _ phase <<<"$l"
     [ "$phase" = Running ] || continue
     n_run=$((n_run + 1))
-    grep -q "^$name full$" "$W/class" 2>/dev/null && n_full=$((n_full + 1))
+    if grep -q "^$name full$" "$W/class" 2>/dev/null; then n_full=$((n_full + 1)); fi
+    if grep -q "^$name bare$" "$W/class" 2>/dev/null; then n_bare=$((n_bare + 1)); fi
   done
   if [ "${#live[@]}" -eq "$PODS_MAX" ] && [ "$n_run" -eq "$PODS_MAX" ] && [ "$n_full" -eq "$PODS_MAX" ]; then
     recovery=$((SECONDS - t_back))
+    break
+  fi
+  # Every pod runs and has its verdict, and some are bare: that is final (nothing runs a running
+  # sandbox's ADD again; incident.sh watches one such pod stay bare after Multus is back), so the
+  # rest of the bound would only be waited out.
+  if [ "${#live[@]}" -eq "$PODS_MAX" ] && [ "$n_run" -eq "$PODS_MAX" ] && [ $((n_full + n_bare)) -eq "$PODS_MAX" ] &&
+     [ "$n_bare" -gt 0 ]; then
     break
   fi
   sleep 1

@@ -36,6 +36,17 @@ seconds_unknown() {
     END { print int((ms + 500) / 1000) }' "$1"
 }
 
+# --- how long each stage of a suite took (35-kubernetes.sh, 37-cilium.sh) ------------------------
+# stage_done NAME: NAME took the time since the previous stage_done (or since the sourcing);
+# stage_table prints every stage, one a line ("  123 s  NAME"), for the suite's end.
+STAGE_T0=$SECONDS
+STAGE_TIMES=()
+stage_done() {
+  STAGE_TIMES+=("$(printf '%5d s  %s' $((SECONDS - STAGE_T0)) "$1")")
+  STAGE_T0=$SECONDS
+}
+stage_table() { printf '%s\n' "${STAGE_TIMES[@]}"; }
+
 # --- the node and its DaemonSets (churn.sh, reboot.sh, recovery.sh) ------------------------------
 # These use the caller's K (kubectl), NODE and CLUSTER_DIR, and CLUSTER_PRIMARY (bridge|cilium).
 

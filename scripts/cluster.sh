@@ -714,13 +714,20 @@ containerd_restart() {
   say "containerd restarted"
 }
 
-# reboot: the node restarts, its control plane (another machine in production) does not. As a
-# systemd shutdown goes: kubelet and containerd stopped (SIGTERM), then every process left of
-# the node's pods and shims SIGTERMed (Multus removes 00-multus.conf at the end of its 10 s
-# grace) with the Cilium agent (a pod in production; it leaves its conflist where it is),
-# SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15; systemd waits up to 90 s; 0 is a
-# power cut: Multus's file stays behind with nothing serving its socket);
-# what lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, bpffs, every pod
+# reboot: the node restarts, its control plane (another machine in production) does not. As
+# Talos reboots (its sequence's phase "cleanup", task stopAllPods, then its services): kubelet
+# stopped; then every pod stopped through the CRI while containerd still runs, those with a
+# network namespace of their own first (each container with a 30 s grace, then its sandbox,
+# whose CNI DEL runs while Multus still does), then the host-network ones (Multus, whose daemon
+# removes 00-multus.conf on that SIGTERM; the guard's keep, which leaves its file; Cilium's agent,
+# a node process here, with them); then containerd, and whatever is left of the pods and shims
+# SIGTERMed, SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15). CLUSTER_REBOOT_PODS=kill skips
+# the CRI round, as a shutdown does that stops kubelet and containerd and then signals every
+# process left (systemd without kubelet's graceful node shutdown): there the SIGTERM reaches
+# Multus's shim with its daemon, the shim exits at once, and the daemon dies without removing
+# its file (measured: 00-multus.conf left behind, as after a power cut; CLUSTER_REBOOT_GRACE=0
+# is one).
+# What lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, bpffs, every pod
 # network namespace, the pods' bridge and Cilium's devices): /run is wiped. What is on disk
 # stays: var/lib (containerd's sandboxes, kubelet's pods, libcni's, Multus's and the guard's
 # caches, host-local's leases) and, with CLUSTER_REBOOT_ETC_CNI=disk (the default, Talos up to
@@ -739,6 +746,11 @@ reboot_node() {
   case "$etc_cni" in disk | tmpfs) ;; *) die "CLUSTER_REBOOT_ETC_CNI is disk or tmpfs, not $etc_cni" ;; esac
   [ -n "$(pid_of kubelet)" ] && [ -n "$(pid_of containerd)" ] || die "the node does not run"
   stop kubelet 15
+  case "${CLUSTER_REBOOT_PODS:-cri}" in
+    cri) stop_all_pods POD && stop_all_pods NODE ;;
+    kill) ;;
+    *) die "CLUSTER_REBOOT_PODS is cri or kill, not $CLUSTER_REBOOT_PODS" ;;
+  esac
   stop containerd 15
   local pids i m grace=${CLUSTER_REBOOT_GRACE:-15} memory="^$NODE/(run|var/lib/kubelet/pods|sys/fs/bpf)(/|\$)"
   for i in TERM KILL; do
@@ -782,6 +794,27 @@ reboot_node() {
     launch_primary_standin "${CLUSTER_PRIMARY_DELAY:-5}"
   fi
   say "node booted (kubelet started; /etc/cni $etc_cni)"
+}
+
+# stop_all_pods POD|NODE: every ready sandbox whose network namespace mode is that (POD: its
+# own; NODE: the host's) stopped through the CRI, all at once: its running containers first
+# (SIGTERM, 30 s, then SIGKILL), then the sandbox (its CNI DEL). As Talos's StopAllPods.
+stop_all_pods() {
+  local id ids=() pids=()
+  mapfile -t ids < <(crictl pods --state ready -q 2>/dev/null)
+  for id in "${ids[@]}"; do
+    [ "$(crictl inspectp -o json "$id" 2>/dev/null | python3 -c 'import json,sys
+print(json.load(sys.stdin)["status"]["linux"]["namespaces"]["options"]["network"])' 2>/dev/null)" = "$1" ] ||
+      continue
+    (
+      mapfile -t cs < <(crictl ps -q --pod "$id" --state running 2>/dev/null)
+      [ ${#cs[@]} -eq 0 ] || crictl stop --timeout 30 "${cs[@]}" >/dev/null 2>&1 || say "stopping the containers of sandbox ${id:0:13} failed"
+      crictl stopp "$id" >/dev/null 2>&1 || say "stopping sandbox ${id:0:13} failed (its network teardown, most likely)"
+    ) 9>&- &
+    pids+=($!)
+  done
+  [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}"
+  say "stopped ${#pids[@]} pods with network mode $1 through the CRI"
 }
 
 # The bridge stand-in's agent, after a boot that emptied /etc/cni: it writes 05-cilium.conflist

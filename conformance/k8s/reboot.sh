@@ -11,9 +11,11 @@
 #
 # Brings the node up in that layout (kept when it runs so already, with the primary of
 # CLUSTER_PRIMARY), runs $REBOOT_PODS (default 6) pods of a Deployment asking for net1, each
-# checked to have eth0 and net1, and reboots the node (scripts/cluster.sh reboot: every process
-# stopped, /run wiped, the pods' network namespaces gone). Every pod then comes back on a new
-# sandbox, full (eth0 and net1) or bare (eth0 alone, for good: only replacing the pod helps).
+# checked to have eth0 and net1, and reboots the node as Talos does (scripts/cluster.sh reboot:
+# kubelet stopped, every pod stopped through the CRI, the pods with a network of their own first,
+# then Multus, whose daemon removes 00-multus.conf; then every process gone, /run wiped, the pods'
+# network namespaces gone). Every pod then comes back on a new sandbox, full (eth0 and net1) or
+# bare (eth0 alone, for good: only replacing the pod helps).
 #
 # Multus's pod waits $REBOOT_MULTUS_DELAY s (default 8) in an init container before its daemon
 # starts (lib.sh start_delay, as churn.sh's restarts): on this node its image is local and its API
@@ -34,7 +36,7 @@
 #
 # and fails when lib.sh's reboot_check says the line misses what it must show. With the guard,
 # and its file first at boot, it also fails unless every old sandbox was torn down through its
-# record (the delegate recorded at ADD: multus-shim, which the guard's DEL waits for) and
+# record (the delegate recorded at ADD, multus-shim; at the shutdown, while Multus still ran) and
 # leaks.py finds the records and leases matching the sandboxes left.
 # Leaves the node up, without its Deployment and without the guard's delay.
 set -euo pipefail
@@ -217,7 +219,7 @@ say "the conf dir from the boot on (s after it: files): $(awk -v boot="$boot" '
   END { if (line != "") printf "%s", line }' "$W/conf-dir")"
 tail -c +"$kubelet_from" "$kubelet_log" >"$W/kubelet-run.log"
 failed_teardowns "$W/kubelet-run.log" >"$W/failed-sandboxes"
-stuck=$(grep -cxF -f "$W/failed-sandboxes" "$W/old-sandboxes" || true)
+stuck=$(awk 'NR == FNR { failed[$1] = 1; next } ($1 in failed) { n++ } END { print n + 0 }' "$W/failed-sandboxes" "$W/old-sandboxes")
 recorded=0 waited=0
 for sb in "${old_sandbox[@]}"; do
   l=$(tail -c +"$((guard_from + 1))" "$CLUSTER_DIR/logs/guard-syslog.log" | grep "verb=DEL container=$sb .*decision=deleted-recorded" | head -n 1 || true)

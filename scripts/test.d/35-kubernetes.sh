@@ -4,8 +4,8 @@
 # conformance/k8s/incident.sh (Multus stopped, a pod in the window is refused by the guard, then
 # gets eth0 + net1 once Multus is back; what an operator sees is captured), daemonset.sh (the
 # guard's DaemonSet: shutdown, install, keep, uninstall overlay) and crash.sh (a SIGKILLed Multus,
-# three ways); recovery.sh and perpod.sh (issue 18); node-events.sh (containerd restart, a long
-# Multus outage); then, without the guard in the layout before the seed's fix, the incident itself
+# three ways); recovery.sh and perpod.sh (issue 18); node-events.sh (containerd restart, a reboot
+# that does not stop the pods first, a long Multus outage); then, without the guard in the layout before the seed's fix, the incident itself
 # (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
 # refused naming it); then, layout by layout, the incident under churn (churn.sh: five
 # incident-summary lines) and node reboots (reboot.sh, issue 28: six reboot-summary lines, /etc/cni
@@ -171,12 +171,13 @@ printf '%s\n' "${recovery[@]}" "$line" >"${CNI_GUARD_K8S_AVAILABILITY:-/tmp/cni-
 stage_done "perpod.sh 3"
 
 # What else a node goes through, with the guard at the manifest's wait (issue 21): containerd
-# restarted while the guard holds an ADD, a Multus outage past the guard's and multus-shim's 60 s.
-# Each script fails when its evidence is missing (no ADD held, no refusal after the full wait) or
-# anything is left (leaks.py). node-events.sh's third scenario, a reboot, is what reboot.sh's
-# `seed-fix on` line below proves and more (every old sandbox torn down from its record while
-# the guard's DEL waits for Multus, leaks.py after it): it is not run twice.
-for scenario in containerd-restart long-outage; do
+# restarted while the guard holds an ADD, a reboot that does not stop the pods first (/run wiped;
+# the old sandboxes torn down through their records after the boot, while Multus is not up yet;
+# reboot.sh below reboots as Talos does, its pods stopped through the CRI first), a Multus outage
+# past the guard's and multus-shim's 60 s. Each script fails when its evidence is missing (no ADD
+# held, no DEL that waited for Multus, no refusal after the full wait) or anything is left
+# (leaks.py).
+for scenario in containerd-restart reboot long-outage; do
   line=$(conformance/k8s/node-events.sh "$scenario")
   echo "$line"
   [ "$(num "$line" bare)" = 0 ] && [ "$(num "$line" stale)" = 0 ] ||

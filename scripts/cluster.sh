@@ -113,9 +113,17 @@ case "$CILIUM_EXCLUSIVE" in
   true | false) ;;
   *) echo "cluster: CLUSTER_CILIUM_EXCLUSIVE is true or false, not $CILIUM_EXCLUSIVE" >&2; exit 2 ;;
 esac
-# The agent's own folders, all under the node's: its state dir and API socket (mounted into
-# Multus's container at /var/run/cilium, where cilium-cni looks for the socket), and bpffs.
-CILIUM_RUN=$NODE/run/cilium
+# The agent's state dir and API socket: /var/run/cilium, the host's /run/cilium, as on a real
+# node. That is where the agent also puts its pid file and its monitor and shell sockets,
+# whatever --state-dir says, and where cilium-cni looks for the agent's socket and writes its
+# log and its queue of deletions; cilium-cni runs there twice: in Multus's container (the folder
+# mounted at that path) and, in the layout before the seed's fix, run by containerd itself on
+# the host (a private folder of the node's was no agent to it: every such ADD failed after 30 s,
+# so the incident could not happen here). `up` makes it, marked as this node's ($CILIUM_RUN_MARK:
+# one of the host's own is never touched), a reboot empties it, `down` removes it. bpffs stays
+# below the node's folder.
+CILIUM_RUN=/run/cilium
+CILIUM_RUN_MARK=$CILIUM_RUN/.cni-guard-cluster-node
 CILIUM_SOCK=$CILIUM_RUN/cilium.sock
 CILIUM_BPFFS=$NODE/sys/fs/bpf
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
@@ -569,12 +577,20 @@ EOF
 EOF
 }
 
+# The agent's folder as Multus's container mounts it: the host's /run/cilium with the real
+# Cilium; with the bridge stand-in a folder of the node's (nothing on the host is made for it).
+cilium_run_of_node() {
+  if [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo "$PRIMARY")" = cilium ]; then echo "$CILIUM_RUN"
+  else echo "$NODE/run/cilium"; fi
+}
+
 # Fills the @...@ placeholders of a manifest in conformance/k8s/manifests.
 manifest() {
   sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
     -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" -e "s|@MASTER_CNI@|$MASTER_CNI|g" \
-    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1"
+    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" -e "s|@CILIUM_RUN@|$(cilium_run_of_node)|g" \
+    "$REPO/conformance/k8s/manifests/$1"
 }
 
 # deploy/multus-cilium as it is, rendered with the node's folders for the host's: every
@@ -668,7 +684,11 @@ start_cilium() {
 launch_cilium() {
   local conf_dir
   conf_dir=$(primary_conf_dir)
+  if [ -e "$CILIUM_RUN" ] && [ ! -e "$CILIUM_RUN_MARK" ]; then
+    die "$CILIUM_RUN is there and not this node's (another Cilium on the host?): not touched"
+  fi
   mkdir -p "$CILIUM_BPFFS" "$CILIUM_RUN"
+  echo "$CLUSTER_DIR" >"$CILIUM_RUN_MARK"
   mountpoint -q "$CILIUM_BPFFS" || mount -t bpf bpf "$CILIUM_BPFFS"
   # clang (-> clang-19) comes first in PATH: the agent compiles its datapath with `clang`.
   start cilium-agent env PATH="$CILIUM_BIN:$PATH" K8S_NODE_NAME="$NODE_NAME" \
@@ -776,6 +796,7 @@ reboot_node() {
   fi
   rm -rf "${NODE:?}"/run/*
   mkdir -p "$NODE"/run/{containerd,multus}
+  if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
   in_node ip link del cni-guard0 2>/dev/null || true
   in_node ip link del cilium_host 2>/dev/null || true # (and its peer cilium_net)
   if [ "$etc_cni" = tmpfs ]; then
@@ -1047,6 +1068,7 @@ down() {
     stop containerd 15
   fi
   stop cilium-agent 20
+  if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
   for d in guard-syslog kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
   kill_cgroup
   remove_cgroups

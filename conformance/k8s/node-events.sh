@@ -210,7 +210,7 @@ case "$SCENARIO" in
     [ -n "$lease" ] || fail "rb-1 has no net1 lease"
     multus_away
     t0=$(now_ms)
-    CLUSTER_REBOOT_PODS=kill scripts/cluster.sh reboot
+    CLUSTER_REBOOT_PODS="kill" scripts/cluster.sh reboot
     # kubelet tears the old sandbox down (its network namespace is gone) while Multus is away:
     # the guard's DEL of it waits for 00-multus.conf. Then Multus comes back.
     for _ in $(seq 120); do cni_running DEL "$sb_old" && break; sleep 0.5; done

@@ -76,17 +76,22 @@ node_same_layout() { # CLUSTER_LAYOUT: the node runs, in that layout, with the a
   [ "$orig" = "$([ "$1" = before-fix ] && echo 1 || echo 0)" ] &&
     [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo bridge)" = "${CLUSTER_PRIMARY:-bridge}" ]
 }
-# node_regard CLUSTER_LAYOUT CLUSTER_GUARD: the running node's guard and Multus changed as
-# cluster.sh renders them for that layout and guard, as an operator does it. The guard off: its
-# DaemonSet deleted, then its conflist (keep leaves it on SIGTERM, by design). On: its manifest
-# applied (with CLUSTER_GUARD_ARGS and CLUSTER_GUARD_WAIT as set now) and rolled. Multus's
-# ConfigMap applied, and its pod restarted when multusMasterCNI changed (the daemon reads its
-# config once, at start).
+# node_regard CLUSTER_LAYOUT CLUSTER_GUARD: the running node's Multus and guard changed as
+# cluster.sh renders them for that layout and guard, as an operator does it. Multus first (a
+# guard whose probe fails on Multus's election of it turns Ready only then): its ConfigMap
+# applied, and its pod restarted when multusMasterCNI changed (the daemon reads its config once,
+# at start). The guard off: its DaemonSet deleted, then its conflist (keep leaves it on SIGTERM,
+# by design). On: its manifest applied (with CLUSTER_GUARD_ARGS and CLUSTER_GUARD_WAIT as set
+# now) and rolled.
 node_regard() {
   local cl=$1 cg=$2 before after
   before=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}')
   CLUSTER_LAYOUT=$cl CLUSTER_GUARD=$cg scripts/cluster.sh manifest multus.yaml | "$K" apply -f - >/dev/null || return 1
   after=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}')
+  if [ "$before" != "$after" ]; then
+    "$K" -n kube-system delete pod -l app=multus --wait=true --timeout=90s >/dev/null || return 1
+    "$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=180s >/dev/null || return 1
+  fi
   if [ "$cg" = 0 ]; then
     if "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1; then
       "$K" -n cni-guard delete daemonset cni-guard --wait=true --timeout=90s >/dev/null || return 1
@@ -95,11 +100,7 @@ node_regard() {
     rm -f "$NODE/etc/cni/net.d/00-cni-guard.conflist"
   else
     CLUSTER_LAYOUT=$cl CLUSTER_GUARD=$cg scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null || return 1
-    "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=180s >/dev/null || return 1
-  fi
-  if [ "$before" != "$after" ]; then
-    "$K" -n kube-system delete pod -l app=multus --wait=true --timeout=90s >/dev/null || return 1
-    "$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=180s >/dev/null || return 1
+    "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null || return 1
   fi
   local i
   for ((i = 0; i < 120; i++)); do

@@ -186,34 +186,6 @@ guard_from=$(guard_size)
 t_run=$SECONDS
 
 # --- the churn -----------------------------------------------------------------------------------
-deployment() { # NAME REPLICAS [NETWORKS]: a Deployment of sleepers labelled app=NAME, asking
-  # Multus for NETWORKS when given
-  local ann=
-  [ -z "${3:-}" ] || ann="
-      annotations:
-        k8s.v1.cni.cncf.io/networks: $3"
-  "$K" apply -f - >/dev/null <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: $1
-  namespace: default
-spec:
-  replicas: $2
-  selector:
-    matchLabels: {app: $1}
-  template:
-    metadata:
-      labels: {app: $1}$ann
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: main
-          image: localhost/cni-guard-test/busybox:1
-          imagePullPolicy: Never
-          command: ["/bin/sleep", "3600"]
-EOF
-}
 deployment churn "$PODS_LOW" macvlan-net1
 "$K" rollout status deployment/churn --timeout=120s >/dev/null || fail "the Deployment did not come up before the churn"
 PLAIN_START=3

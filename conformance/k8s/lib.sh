@@ -158,6 +158,39 @@ if key(new) != key(inits):
   "$K" -n "$ns" rollout status "daemonset/$ds" --timeout=180s >/dev/null
 }
 
+# deployment NAME REPLICAS [NETWORKS] [COMMAND]: a Deployment of sleepers labelled app=NAME in
+# `default`, asking Multus for NETWORKS when given (k8s.v1.cni.cncf.io/networks), their
+# container running COMMAND (a JSON list; default a sleep, which as PID 1 ignores SIGTERM and
+# goes at the end of the 1 s grace period).
+deployment() {
+  local ann='' cmd=${4:-}
+  [ -n "$cmd" ] || cmd='["/bin/sleep", "3600"]'
+  [ -z "${3:-}" ] || ann="
+      annotations:
+        k8s.v1.cni.cncf.io/networks: $3"
+  "$K" apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: $1
+  namespace: default
+spec:
+  replicas: $2
+  selector:
+    matchLabels: {app: $1}
+  template:
+    metadata:
+      labels: {app: $1}$ann
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: main
+          image: localhost/cni-guard-test/busybox:1
+          imagePullPolicy: Never
+          command: $cmd
+EOF
+}
+
 # --- what the node's logs say (churn.sh, reboot.sh) ------------------------------------------------
 # failed_teardowns FILE: the sandbox ids of kubelet's "failed to destroy network for sandbox"
 # lines in FILE (a part of logs/kubelet.log), one a line, each once. (grep, not awk: Debian's mawk

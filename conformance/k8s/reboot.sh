@@ -99,29 +99,7 @@ fi
 # --- the pods, full before the reboot ------------------------------------------------------------
 # Sleepers that end on SIGTERM (a busybox sleep as PID 1 would ignore it and hold the shutdown
 # for the whole grace period).
-"$K" apply -f - >/dev/null <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: reboot
-  namespace: default
-spec:
-  replicas: $PODS
-  selector:
-    matchLabels: {app: reboot}
-  template:
-    metadata:
-      labels: {app: reboot}
-      annotations:
-        k8s.v1.cni.cncf.io/networks: macvlan-net1
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: main
-          image: localhost/cni-guard-test/busybox:1
-          imagePullPolicy: Never
-          command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
-EOF
+deployment reboot "$PODS" macvlan-net1 '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do sleep 1; done"]'
 "$K" rollout status deployment/reboot --timeout=180s >/dev/null || fail "the Deployment did not come up before the reboot"
 mapfile -t names < <("$K" get pod -l app=reboot -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
 [ "${#names[@]}" -eq "$PODS" ] || fail "want $PODS pods before the reboot, have ${#names[@]}"

@@ -54,7 +54,6 @@ CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 NODE=$CLUSTER_DIR/node
 export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 K=$KUBERNETES_BIN/kubectl
-NODE_NAME=cni-guard-node
 CONF=$NODE/etc/cni/net.d/00-multus.conf
 GUARD_CONF=$NODE/etc/cni/net.d/00-cni-guard.conflist
 CACHE=$NODE/var/lib/cni/cni-guard

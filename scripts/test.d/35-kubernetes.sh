@@ -42,6 +42,7 @@ cargo build --release --locked -p cni-guard
 # any clone, anything else that runs scripts/cluster.sh) holds this lock; the others wait here.
 exec 9>/run/lock/cni-guard-node.lock
 flock -w 1800 9 || skip "another run of this test held the lock for 30 min"
+stage_done "release build, waiting for the node lock"
 # The cluster belongs to this run: a cluster left up by a killed run is not taken for ours
 # (scripts/cluster.sh up removes it and makes a new one).
 export CLUSTER_OWNER_PID=$$

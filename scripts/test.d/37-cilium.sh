@@ -72,6 +72,7 @@ cargo build --release --locked -p cni-guard
 # One node per machine: the same lock as 35-kubernetes.sh.
 exec 9>/run/lock/cni-guard-node.lock
 flock -w 1800 9 || skip "another run of a node test held the lock for 30 min"
+stage_done "release build, waiting for the node lock"
 
 finish() {
   local rc=$? left=()
@@ -360,11 +361,12 @@ echo "cilium-exclusive layout=before-fix confPath=etc/cni/net.d seconds=$FIGHT r
 [ -e "$N_CONF/00-multus.conf.cilium_bak" ] || fail "the agent did not rename 00-multus.conf: $files"
 [ "$ready" = False ] || fail "the guard stayed Ready during the rename fight"
 # Not asserted, printed: whether a pod started meanwhile (containerd may catch the conf dir
-# between a rename and a restore, 05-cilium.conflist then first) and with what.
+# between a rename and a restore, 05-cilium.conflist then first) and with what (2026-12-06: it
+# did, with eth0 from Cilium alone).
 if [ "$phase" = Running ]; then
   echo "cilium-exclusive layout=before-fix pod_during_fight: $("$K" exec exclusive-fight -- ip -o -4 addr 2>&1 | awk '{print $2 "=" $4}' | tr '\n' ' ')"
 fi
-echo "$NAME: RENAME FIGHT: Cilium (cni.exclusive, confPath the conf dir) renamed 00-cni-guard.conflist $n_guard times in ${FIGHT}s and keep restored it $n_restored times; no pod starts (the delegate 00-multus.conf is renamed too). Use confPath /etc/cni/multus/net.d or cni.exclusive false." >&2
+echo "$NAME: RENAME FIGHT: Cilium (cni.exclusive, confPath the conf dir) renamed 00-cni-guard.conflist $n_guard times in ${FIGHT}s and keep restored it $n_restored times; the delegate 00-multus.conf is renamed too, so a pod either waits or starts on Cilium alone. Use confPath /etc/cni/multus/net.d or cni.exclusive false." >&2
 # End the fight before the node goes down (containerd reloads its CNI config on every round, and
 # cilium-cni's DEL waits for an agent): the agent again with cni.exclusive false, Multus's file
 # moved back, as an operator would.

@@ -9,9 +9,10 @@
 #   scripts/cluster.sh status   the processes, the node and every pod
 #   scripts/cluster.sh containerd-restart   containerd stopped (SIGTERM, as its service is) and
 #                               started again, the pods left running
-#   scripts/cluster.sh reboot   the node (not its control plane) restarts: kubelet and containerd
-#                               stopped, every pod killed, /run wiped (and /etc/cni with
-#                               CLUSTER_REBOOT_ETC_CNI=tmpfs, as on Talos 1.14), then booted again
+#   scripts/cluster.sh reboot   the node (not its control plane) restarts as Talos reboots: kubelet
+#                               stopped, every pod stopped through the CRI, containerd stopped,
+#                               /run wiped (and /etc/cni with CLUSTER_REBOOT_ETC_CNI=tmpfs, as on
+#                               Talos 1.14), then booted again (see reboot_node for the rest)
 #   scripts/cluster.sh cilium stop [--uninstall] | start   (CLUSTER_PRIMARY=cilium) stop the agent
 #                               (SIGTERM; --uninstall then removes its conflist, as the chart's
 #                               preStop does with cni.uninstall) or start it again, with
@@ -1137,5 +1138,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac

@@ -9,8 +9,10 @@
 #   scripts/cluster.sh status   the processes, the node and every pod
 #   scripts/cluster.sh containerd-restart   containerd stopped (SIGTERM, as its service is) and
 #                               started again, the pods left running
-#   scripts/cluster.sh reboot   the node (not its control plane) restarts: kubelet and containerd
-#                               stopped, every pod killed, /run wiped, then booted again
+#   scripts/cluster.sh reboot   the node (not its control plane) restarts as Talos reboots: kubelet
+#                               stopped, every pod stopped through the CRI, containerd stopped,
+#                               /run wiped (and /etc/cni with CLUSTER_REBOOT_ETC_CNI=tmpfs, as on
+#                               Talos 1.14), then booted again (see reboot_node for the rest)
 #   scripts/cluster.sh cilium stop [--uninstall] | start   (CLUSTER_PRIMARY=cilium) stop the agent
 #                               (SIGTERM; --uninstall then removes its conflist, as the chart's
 #                               preStop does with cni.uninstall) or start it again, with
@@ -120,9 +122,17 @@ case "$CILIUM_EXCLUSIVE" in
   true | false) ;;
   *) echo "cluster: CLUSTER_CILIUM_EXCLUSIVE is true or false, not $CILIUM_EXCLUSIVE" >&2; exit 2 ;;
 esac
-# The agent's own folders, all under the node's: its state dir and API socket (mounted into
-# Multus's container at /var/run/cilium, where cilium-cni looks for the socket), and bpffs.
-CILIUM_RUN=$NODE/run/cilium
+# The agent's state dir and API socket: /var/run/cilium, the host's /run/cilium, as on a real
+# node. That is where the agent also puts its pid file and its monitor and shell sockets,
+# whatever --state-dir says, and where cilium-cni looks for the agent's socket and writes its
+# log and its queue of deletions; cilium-cni runs there twice: in Multus's container (the folder
+# mounted at that path) and, in the layout before the seed's fix, run by containerd itself on
+# the host (a private folder of the node's was no agent to it: every such ADD failed after 30 s,
+# so the incident could not happen here). `up` makes it, marked as this node's ($CILIUM_RUN_MARK:
+# one of the host's own is never touched), a reboot empties it, `down` removes it. bpffs stays
+# below the node's folder.
+CILIUM_RUN=/run/cilium
+CILIUM_RUN_MARK=$CILIUM_RUN/.cni-guard-cluster-node
 CILIUM_SOCK=$CILIUM_RUN/cilium.sock
 CILIUM_BPFFS=$NODE/sys/fs/bpf
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
@@ -576,12 +586,20 @@ EOF
 EOF
 }
 
+# The agent's folder as Multus's container mounts it: the host's /run/cilium with the real
+# Cilium; with the bridge stand-in a folder of the node's (nothing on the host is made for it).
+cilium_run_of_node() {
+  if [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo "$PRIMARY")" = cilium ]; then echo "$CILIUM_RUN"
+  else echo "$NODE/run/cilium"; fi
+}
+
 # Fills the @...@ placeholders of a manifest in conformance/k8s/manifests.
 manifest() {
   sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
     -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" -e "s|@MASTER_CNI@|$MASTER_CNI|g" \
-    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1"
+    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" -e "s|@CILIUM_RUN@|$(cilium_run_of_node)|g" \
+    "$REPO/conformance/k8s/manifests/$1"
 }
 
 # deploy/multus-cilium as it is, rendered with the node's folders for the host's: every
@@ -660,11 +678,27 @@ cilium_sock_up() { curl -sf --unix-socket "$CILIUM_SOCK" http://localhost/v1/hea
 start_cilium() {
   local conf_dir
   conf_dir=$(primary_conf_dir)
-  mkdir -p "$CILIUM_BPFFS" "$CILIUM_RUN"
-  mountpoint -q "$CILIUM_BPFFS" || mount -t bpf bpf "$CILIUM_BPFFS"
   say "applying Cilium $CILIUM_VERSION's CRDs"
   kubectl apply --server-side -f "$CILIUM_LIB/crds/v2" -f "$CILIUM_LIB/crds/v2alpha1" >/dev/null
   wait_for "node $NODE_NAME's podCIDR (kube-controller-manager)" node_has_pod_cidr
+  launch_cilium
+  local t=$TIMEOUT
+  TIMEOUT=${CLUSTER_CILIUM_TIMEOUT:-420}
+  wait_for "the Cilium agent's API (logs/cilium-agent.log)" cilium_sock_up
+  wait_for "Cilium's 05-cilium.conflist in $conf_dir" test -s "$conf_dir/05-cilium.conflist"
+  TIMEOUT=$t
+  say "Cilium agent up; $conf_dir/05-cilium.conflist written"
+}
+# The agent process alone, not waited for (a reboot starts it as kubelet would start its pod).
+launch_cilium() {
+  local conf_dir
+  conf_dir=$(primary_conf_dir)
+  if [ -e "$CILIUM_RUN" ] && [ ! -e "$CILIUM_RUN_MARK" ]; then
+    die "$CILIUM_RUN is there and not this node's (another Cilium on the host?): not touched"
+  fi
+  mkdir -p "$CILIUM_BPFFS" "$CILIUM_RUN"
+  echo "$CLUSTER_DIR" >"$CILIUM_RUN_MARK"
+  mountpoint -q "$CILIUM_BPFFS" || mount -t bpf bpf "$CILIUM_BPFFS"
   # clang (-> clang-19) comes first in PATH: the agent compiles its datapath with `clang`.
   start cilium-agent env PATH="$CILIUM_BIN:$PATH" K8S_NODE_NAME="$NODE_NAME" \
     CILIUM_K8S_NAMESPACE=kube-system "$CILIUM_BIN/cilium-agent" \
@@ -679,12 +713,6 @@ start_cilium() {
     --enable-hubble=false --agent-health-port=9879 \
     --write-cni-conf-when-ready="$conf_dir/05-cilium.conflist" \
     --cni-exclusive="$CILIUM_EXCLUSIVE"
-  local t=$TIMEOUT
-  TIMEOUT=${CLUSTER_CILIUM_TIMEOUT:-420}
-  wait_for "the Cilium agent's API (logs/cilium-agent.log)" cilium_sock_up
-  wait_for "Cilium's 05-cilium.conflist in $conf_dir" test -s "$conf_dir/05-cilium.conflist"
-  TIMEOUT=$t
-  say "Cilium agent up; $conf_dir/05-cilium.conflist written"
 }
 
 # --- the node's own daemons (also started again by containerd-restart and reboot) ---------------
@@ -715,49 +743,120 @@ containerd_restart() {
   say "containerd restarted"
 }
 
-# reboot: the node restarts, its control plane (another machine in production) does not. As a
-# systemd shutdown goes: kubelet and containerd stopped (SIGTERM), then every process left of
-# the node's pods and shims SIGTERMed (Multus removes 00-multus.conf at the end of its 10 s
-# grace), SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15; systemd waits up to 90 s; 0 is a
-# power cut: Multus's file stays behind with nothing serving its socket);
-# what lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, every pod
-# network namespace, the pods' bridge): /run is wiped. What is on disk stays: etc/ (the guard's
-# 00-cni-guard.conflist), var/lib (containerd's sandboxes, kubelet's pods, libcni's, Multus's
-# and the guard's caches, host-local's leases). Then the node boots: guard-syslog, containerd,
-# kubelet, in that order; the guard's and Multus's pods come back when kubelet starts them.
+# reboot: the node restarts, its control plane (another machine in production) does not. As
+# Talos reboots (its sequence's phase "cleanup", task stopAllPods, then its services): kubelet
+# stopped; then every pod stopped through the CRI while containerd still runs, those with a
+# network namespace of their own first (each container with a 30 s grace, then its sandbox,
+# whose CNI DEL runs while Multus still does), then the host-network ones (Multus, whose daemon
+# removes 00-multus.conf on that SIGTERM; the guard's keep, which leaves its file; Cilium's agent,
+# a node process here, with them); then containerd, and whatever is left of the pods and shims
+# SIGTERMed, SIGKILLed $CLUSTER_REBOOT_GRACE s later (default 15). CLUSTER_REBOOT_PODS=kill skips
+# the CRI round, as a shutdown does that stops kubelet and containerd and then signals every
+# process left (systemd without kubelet's graceful node shutdown): there the SIGTERM reaches
+# Multus's shim with its daemon, the shim exits at once, and the daemon dies without removing
+# its file (measured: 00-multus.conf left behind, as after a power cut; CLUSTER_REBOOT_GRACE=0
+# is one).
+# What lives in memory goes (the mounts below run/ and the pods' tmpfs volumes, bpffs, every pod
+# network namespace, the pods' bridge and Cilium's devices): /run is wiped. What is on disk
+# stays: var/lib (containerd's sandboxes, kubelet's pods, libcni's, Multus's and the guard's
+# caches, host-local's leases) and, with CLUSTER_REBOOT_ETC_CNI=disk (the default, Talos up to
+# 1.13), etc/cni (the guard's 00-cni-guard.conflist, the primary's 05-cilium.conflist). With
+# CLUSTER_REBOOT_ETC_CNI=tmpfs (Talos 1.14 and later: /etc/cni is a tmpfs) etc/cni is empty at
+# boot but for its two folders, and every writer writes its file again: the guard's init
+# container, Multus, and the primary. Then the node boots: guard-syslog, containerd, kubelet, in
+# that order (the boot's time, in ms, goes to $CLUSTER_DIR/boot-ms), and the primary: the Cilium
+# agent again, or, for the bridge stand-in on a tmpfs boot, a stand-in agent that writes
+# 05-cilium.conflist CLUSTER_PRIMARY_DELAY s after the boot (default 5: the real agent writes its
+# file about 5 s after it starts here). The guard's and Multus's pods come back when kubelet
+# starts them.
 reboot_node() {
-  [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = bridge ] || die "reboot: only with CLUSTER_PRIMARY=bridge"
+  local primary etc_cni=${CLUSTER_REBOOT_ETC_CNI:-disk}
+  primary=$(cat "$CLUSTER_DIR/primary" 2>/dev/null) || die "the node was not brought up by this script"
+  case "$etc_cni" in disk | tmpfs) ;; *) die "CLUSTER_REBOOT_ETC_CNI is disk or tmpfs, not $etc_cni" ;; esac
   [ -n "$(pid_of kubelet)" ] && [ -n "$(pid_of containerd)" ] || die "the node does not run"
   stop kubelet 15
+  case "${CLUSTER_REBOOT_PODS:-cri}" in
+    cri) stop_all_pods POD && stop_all_pods NODE ;;
+    kill) ;;
+    *) die "CLUSTER_REBOOT_PODS is cri or kill, not $CLUSTER_REBOOT_PODS" ;;
+  esac
   stop containerd 15
-  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15}
+  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15} memory="^$NODE/(run|var/lib/kubelet/pods|sys/fs/bpf)(/|\$)"
   for i in TERM KILL; do
-    pids=$(node_pids)
+    # (the primary's agent, a node process here, with the pods)
+    pids=$(node_pids; pid_of cilium-agent; pid_of primary-standin)
     # shellcheck disable=SC2086 # one pid a word
     [ -z "$pids" ] || kill -"$i" $pids 2>/dev/null || true
     for ((m = 0; m < grace * 10; m++)); do [ -n "$(node_pids)" ] || break; sleep 0.1; done
     grace=5
   done
   [ -z "$(node_pids)" ] || die "reboot: processes of the node left: $(node_pids | tr '\n' ' ')"
+  stop cilium-agent 10
+  stop primary-standin 1
   stop guard-syslog
   for ((i = 0; i < 5; i++)); do
     while read -r m; do
       [ -n "$m" ] || continue
       umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done < <(mounts_below | grep -E "^$NODE/(run|var/lib/kubelet/pods)/" || true)
+    done < <(mounts_below | grep -E "$memory" || true)
   done
-  if mounts_below | grep -qE "^$NODE/(run|var/lib/kubelet/pods)/"; then
-    die "reboot: mounts left: $(mounts_below | grep -E "^$NODE/(run|var/lib/kubelet/pods)/" | tr '\n' ' ')"
+  if mounts_below | grep -qE "$memory"; then
+    die "reboot: mounts left: $(mounts_below | grep -E "$memory" | tr '\n' ' ')"
   fi
   rm -rf "${NODE:?}"/run/*
   mkdir -p "$NODE"/run/{containerd,multus}
+  if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
   in_node ip link del cni-guard0 2>/dev/null || true
-  say "node down: /run wiped, pods' network namespaces gone; booting"
+  in_node ip link del cilium_host 2>/dev/null || true # (and its peer cilium_net)
+  if [ "$etc_cni" = tmpfs ]; then
+    rm -rf "${NODE:?}"/etc/cni
+    mkdir -p "$NODE"/etc/cni/{net.d,multus/net.d}
+  fi
+  say "node down: /run wiped, pods' network namespaces gone, /etc/cni on $etc_cni; booting"
   start_guard_syslog
+  date +%s%3N >"$CLUSTER_DIR/boot-ms"
   start_containerd
   start_kubelet
   restore_sysctls
-  say "node booted (kubelet started)"
+  if [ "$primary" = cilium ]; then
+    launch_cilium
+  elif [ "$etc_cni" = tmpfs ] && [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
+    launch_primary_standin "${CLUSTER_PRIMARY_DELAY:-5}"
+  fi
+  say "node booted (kubelet started; /etc/cni $etc_cni)"
+}
+
+# stop_all_pods POD|NODE: every ready sandbox whose network namespace mode is that (POD: its
+# own; NODE: the host's) stopped through the CRI, all at once: its running containers first
+# (SIGTERM, 30 s, then SIGKILL), then the sandbox (its CNI DEL). As Talos's StopAllPods.
+stop_all_pods() {
+  local id ids=() pids=()
+  mapfile -t ids < <(crictl pods --state ready -q 2>/dev/null)
+  for id in "${ids[@]}"; do
+    [ "$(crictl inspectp -o json "$id" 2>/dev/null | python3 -c 'import json,sys
+print(json.load(sys.stdin)["status"]["linux"]["namespaces"]["options"]["network"])' 2>/dev/null)" = "$1" ] ||
+      continue
+    (
+      mapfile -t cs < <(crictl ps -q --pod "$id" --state running 2>/dev/null)
+      [ ${#cs[@]} -eq 0 ] || crictl stop --timeout 30 "${cs[@]}" >/dev/null 2>&1 || say "stopping the containers of sandbox ${id:0:13} failed"
+      crictl stopp "$id" >/dev/null 2>&1 || say "stopping sandbox ${id:0:13} failed (its network teardown, most likely)"
+    ) 9>&- &
+    pids+=($!)
+  done
+  [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}"
+  say "stopped ${#pids[@]} pods with network mode $1 through the CRI"
+}
+
+# The bridge stand-in's agent, after a boot that emptied /etc/cni: it writes 05-cilium.conflist
+# (same-folder temp file and rename, as Cilium does) SECONDS after it starts, then stays, as an
+# agent does. A node daemon like the real agent (`down` and the next reboot stop it).
+launch_primary_standin() { # SECONDS
+  local dir
+  dir=$(primary_conf_dir)
+  # shellcheck disable=SC2016 # the inner shell's arguments
+  start primary-standin /bin/sh -c 'sleep "$1" && mkdir -p "$3" &&
+    cp "$2" "$3/.05-cilium.conflist.tmp" && mv -f "$3/.05-cilium.conflist.tmp" "$3/05-cilium.conflist" &&
+    echo "wrote $3/05-cilium.conflist" && exec sleep 2147483647' primary-standin "$1" "$CLUSTER_DIR/05-cilium.conflist" "$dir"
 }
 
 # The processes of the node's pods and their shims: the pods' cgroups (kubelet's cgroupRoot,
@@ -987,6 +1086,7 @@ down() {
     stop containerd 15
   fi
   stop cilium-agent 20
+  if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
   for d in guard-syslog kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
   kill_cgroup
   remove_cgroups
@@ -1055,5 +1155,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac

@@ -29,8 +29,9 @@
 #   unknown_s          the part of notready_s that follows failed polls (so notready_s -
 #                      unknown_s is what the node itself reported)
 #   recovery_s         from Multus back (the last restart) to every pod Running with net1;
-#                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s (a bare
-#                      pod stays bare: only replacing it helps)
+#                      "never" when that did not happen within $CHURN_RECOVERY_TIMEOUT s, or
+#                      when every pod runs and some are bare (a bare pod stays bare: only
+#                      replacing it helps; the run does not wait that bound out then)
 #   refused            the guard's own refusals in the run: its log lines (logs/guard-syslog.log,
 #                      see scripts/cluster.sh) "verb=ADD ... decision=refused code=11"
 #   held               the ADDs the guard held until Multus was back and then ran (its log
@@ -61,12 +62,10 @@ cd "$(dirname "$0")/../.."
 
 LAYOUT=${1:-}
 GUARD=${2:-}
-case "$LAYOUT" in
-  original) CL=before-fix ;;
-  seed-fix) CL=seed ;;
-  *) echo "usage: $0 original|seed-fix on|off" >&2; exit 2 ;;
+case "$LAYOUT $GUARD" in
+  original\ on | original\ off | original\ perpod | seed-fix\ on | seed-fix\ off | seed-fix\ perpod) ;;
+  *) echo "usage: $0 original|seed-fix on|off|perpod" >&2; exit 2 ;;
 esac
-case "$GUARD" in on | perpod) CG=1 ;; off) CG=0 ;; *) echo "usage: $0 original|seed-fix on|off|perpod" >&2; exit 2 ;; esac
 PERPOD_PRIMARY=/etc/cni/multus/net.d/05-cilium.conflist
 PERPOD=
 if [ "$GUARD" = perpod ]; then
@@ -78,7 +77,6 @@ RESTARTS=${CHURN_RESTARTS:-3}
 PODS_MAX=${CHURN_PODS:-20}
 PODS_LOW=$((PODS_MAX * 3 / 5))
 RECOVERY_TIMEOUT=${CHURN_RECOVERY_TIMEOUT:-90}
-PRIMARY=${CLUSTER_PRIMARY:-bridge} # the node's primary network (scripts/cluster.sh): bridge|cilium
 
 CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 NODE=$CLUSTER_DIR/node
@@ -94,34 +92,8 @@ say() { echo "k8s churn: $*" >&2; }
 fail() { echo "k8s churn: FAIL: $*" >&2; exit 1; }
 
 # --- the node in the asked layout ----------------------------------------------------------------
-matches() {
-  scripts/cluster.sh status >/dev/null 2>&1 || return 1
-  local orig=0 g=0 master want_master
-  [ -e "$NODE/etc/cni/net.d/05-cilium.conflist" ] && orig=1
-  "$K" -n cni-guard get daemonset cni-guard >/dev/null 2>&1 && g=1
-  # Multus's master as cluster.sh renders it for this layout (autoconfig.sh leaves it on auto).
-  want_master=$(CLUSTER_LAYOUT=$CL CLUSTER_GUARD=$CG scripts/cluster.sh manifest multus.yaml |
-    grep -o '"multusMasterCNI": *"[^"]*"') || return 1
-  master=$("$K" -n kube-system get configmap multus-daemon-config -o jsonpath='{.data.daemon-config\.json}' 2>/dev/null |
-    grep -o '"multusMasterCNI": *"[^"]*"') || return 1
-  local pp=0
-  grep -q '"perPodPrimary"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" 2>/dev/null && pp=1
-  # The guard's wait as cluster.sh renders it now (CLUSTER_GUARD_WAIT, or the manifest's).
-  if [ "$CG" = 1 ]; then
-    local want_wait
-    want_wait=$(scripts/cluster.sh manifest guard | grep -o -- '--wait-seconds=[0-9]*' | head -n1) || return 1
-    grep -q "\"waitSeconds\": ${want_wait#--wait-seconds=}," "$NODE/etc/cni/net.d/00-cni-guard.conflist" 2>/dev/null ||
-      return 1
-  fi
-  [ "$orig" = "$([ "$CL" = before-fix ] && echo 1 || echo 0)" ] && [ "$g" = "$CG" ] && [ "$master" = "$want_master" ] &&
-    [ "$pp" = "${PERPOD:-0}" ] &&
-    [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null || echo bridge)" = "$PRIMARY" ]
-}
 t_up=$SECONDS
-if ! matches; then
-  scripts/cluster.sh down >/dev/null 2>&1 || true
-  CLUSTER_LAYOUT=$CL CLUSTER_GUARD=$CG scripts/cluster.sh up >/dev/null
-fi
+node_in_layout "$LAYOUT" "$GUARD"
 say "node up in layout=$LAYOUT guard=$GUARD ($((SECONDS - t_up))s)"
 
 W=$(mktemp -d /tmp/cni-guard-churn.XXXXXX)
@@ -149,12 +121,7 @@ multus_ready() {
 # list), and the window is what the incident lives in: an init container that sleeps
 # $CHURN_MULTUS_DELAY s (default 8) stands in for that.
 MULTUS_DELAY=${CHURN_MULTUS_DELAY:-8}
-if [ "$MULTUS_DELAY" != 0 ] &&
-   ! "$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.initContainers[*].name}' | grep -qw start-delay; then
-  image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.containers[0].image}')
-  "$K" -n kube-system patch daemonset kube-multus-ds --type=json -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/initContainers/-\",\"value\":{\"name\":\"start-delay\",\"image\":\"$image\",\"imagePullPolicy\":\"Never\",\"command\":[\"/bin/sleep\",\"$MULTUS_DELAY\"]}}]" >/dev/null
-fi
-"$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s >/dev/null
+start_delay kube-system kube-multus-ds "$MULTUS_DELAY"
 if [ "$GUARD" = on ]; then
   "$K" -n cni-guard wait --for=condition=Ready pod -l app.kubernetes.io/name=cni-guard --timeout=120s >/dev/null ||
     fail "the guard is not Ready"
@@ -215,45 +182,10 @@ kubelet_from=$(($(stat -c %s "$kubelet_log") + 1))
 guard_log=$CLUSTER_DIR/logs/guard-syslog.log
 [ -f "$guard_log" ] || fail "$guard_log is missing: the node runs no guard-syslog (scripts/cluster.sh)"
 guard_size() { stat -c %s "$guard_log"; }
-refusals_since() { # BYTE: the guard's code-11 ADD refusals logged from byte BYTE (0-based) on
-  tail -c +"$(($1 + 1))" "$guard_log" | awk '/cni-guard\[[0-9]+\]: verb=ADD .* decision=refused code=11 / { n++ } END { print n + 0 }'
-}
-holds_since() { # BYTE: the guard's ADDs logged from byte BYTE on that waited and then went on
-  tail -c +"$(($1 + 1))" "$guard_log" |
-    awk '/cni-guard\[[0-9]+\]: verb=ADD .* waited=[0-9.]+ms/ && !/decision=refused/ { n++ } END { print n + 0 }'
-}
 guard_from=$(guard_size)
 t_run=$SECONDS
 
 # --- the churn -----------------------------------------------------------------------------------
-deployment() { # NAME REPLICAS [NETWORKS]: a Deployment of sleepers labelled app=NAME, asking
-  # Multus for NETWORKS when given
-  local ann=
-  [ -z "${3:-}" ] || ann="
-      annotations:
-        k8s.v1.cni.cncf.io/networks: $3"
-  "$K" apply -f - >/dev/null <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: $1
-  namespace: default
-spec:
-  replicas: $2
-  selector:
-    matchLabels: {app: $1}
-  template:
-    metadata:
-      labels: {app: $1}$ann
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: main
-          image: localhost/cni-guard-test/busybox:1
-          imagePullPolicy: Never
-          command: ["/bin/sleep", "3600"]
-EOF
-}
 deployment churn "$PODS_LOW" macvlan-net1
 "$K" rollout status deployment/churn --timeout=120s >/dev/null || fail "the Deployment did not come up before the churn"
 PLAIN_START=3
@@ -300,8 +232,8 @@ for ((i = 1; i <= RESTARTS; i++)); do
   for _ in $(seq 180); do multus_ready && break; sleep 1; done
   multus_ready || fail "Multus did not come back after restart $i"
   t_back=$SECONDS
-  per_restart+=("$(refusals_since "$from")")
-  say "restart $i: Multus back after $((SECONDS - t_run))s of the run; the guard refused ${per_restart[-1]} ADDs and held $(holds_since "$from") in this window"
+  per_restart+=("$(guard_refusals "$from")")
+  say "restart $i: Multus back after $((SECONDS - t_run))s of the run; the guard refused ${per_restart[-1]} ADDs and held $(guard_holds "$from") in this window"
   if [ "$i" -lt "$RESTARTS" ]; then
     sleep 8
     "$K" scale deployment churn --replicas="$PODS_LOW" >/dev/null
@@ -319,15 +251,23 @@ recovery=never
 while ((SECONDS - t_back < RECOVERY_TIMEOUT)); do
   classify
   mapfile -t live < <("$K" get pod -l app=churn -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' | awk -F'|' '$2 == ""')
-  n_run=0 n_full=0
+  n_run=0 n_full=0 n_bare=0
   for l in "${live[@]}"; do
     IFS='|' read -r name _ phase <<<"$l"
     [ "$phase" = Running ] || continue
     n_run=$((n_run + 1))
-    grep -q "^$name full$" "$W/class" 2>/dev/null && n_full=$((n_full + 1))
+    if grep -q "^$name full$" "$W/class" 2>/dev/null; then n_full=$((n_full + 1)); fi
+    if grep -q "^$name bare$" "$W/class" 2>/dev/null; then n_bare=$((n_bare + 1)); fi
   done
   if [ "${#live[@]}" -eq "$PODS_MAX" ] && [ "$n_run" -eq "$PODS_MAX" ] && [ "$n_full" -eq "$PODS_MAX" ]; then
     recovery=$((SECONDS - t_back))
+    break
+  fi
+  # Every pod runs and has its verdict, and some are bare: that is final (nothing runs a running
+  # sandbox's ADD again; incident.sh watches one such pod stay bare after Multus is back), so the
+  # rest of the bound would only be waited out.
+  if [ "${#live[@]}" -eq "$PODS_MAX" ] && [ "$n_run" -eq "$PODS_MAX" ] && [ $((n_full + n_bare)) -eq "$PODS_MAX" ] &&
+     [ "$n_bare" -gt 0 ]; then
     break
   fi
   sleep 1
@@ -352,16 +292,14 @@ bare=$(awk '$2 == "bare"' "$W/verdicts" | wc -l)
 [ -s "$W/ready-polls" ] || fail "the node's Ready condition was never polled"
 notready=$(seconds_not_true "$W/ready-polls")
 unknown=$(seconds_unknown "$W/ready-polls")
-refused=$(refusals_since "$guard_from")
-held=$(holds_since "$guard_from")
+refused=$(guard_refusals "$guard_from")
+held=$(guard_holds "$guard_from")
 # Pod deletions whose sandbox teardown failed: the sandboxes of the pods delete_some deleted that
 # appear in kubelet's "failed to destroy network for sandbox" lines (the pod worker names the pod,
 # the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose
 # teardown failed, the failed sandboxes of pods that never started included, is counted apart.
 tail -c +"$kubelet_from" "$kubelet_log" >"$W/kubelet-run.log"
-# (grep, not awk: Debian's mawk has no {64}.) No match is 0 sandboxes; grep's other errors fail.
-{ grep -oE 'failed to destroy network for sandbox [^a-f0-9]*[a-f0-9]{64}' "$W/kubelet-run.log" || [ $? -eq 1 ]; } |
-  grep -oE '[a-f0-9]{64}$' | sort -u >"$W/failed-sandboxes" || [ $? -eq 1 ]
+failed_teardowns "$W/kubelet-run.log" >"$W/failed-sandboxes"
 touch "$W/deleted"
 awk 'NR == FNR { failed[$1] = 1; next } ($2 in failed) { print $1 }' "$W/failed-sandboxes" "$W/deleted" |
   sort -u >"$W/teardown"

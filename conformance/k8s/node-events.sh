@@ -10,9 +10,12 @@
 #                       service does: SIGTERM to containerd alone). Multus comes back: the held
 #                       pod gets eth0 + net1, the first pod kept its sandbox, net1 and record
 #                       unchanged, and its DEL afterwards runs the recorded delegate.
-#   reboot              a pod runs; the node reboots (scripts/cluster.sh reboot: every process
-#                       killed, /run wiped, the pods' network namespaces gone; containerd and
-#                       kubelet up before the guard's and Multus's pods). Multus is kept off the
+#   reboot              a pod runs; the node reboots without stopping its pods first
+#                       (scripts/cluster.sh reboot with CLUSTER_REBOOT_PODS=kill: kubelet and
+#                       containerd stopped, then every process killed, as a shutdown without
+#                       kubelet's graceful node shutdown, or a crash; /run wiped, the pods' network
+#                       namespaces gone; containerd and kubelet up before the guard's and Multus's
+#                       pods), so the old sandbox is torn down after the boot. Multus is kept off the
 #                       node until the guard's DEL of the old sandbox is seen waiting for it (a
 #                       local image starts Multus in about a second, so otherwise it is a race
 #                       whether the window reaches that DEL). The pod comes back on a new
@@ -51,7 +54,6 @@ CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
 NODE=$CLUSTER_DIR/node
 export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 K=$KUBERNETES_BIN/kubectl
-NODE_NAME=cni-guard-node
 CONF=$NODE/etc/cni/net.d/00-multus.conf
 GUARD_CONF=$NODE/etc/cni/net.d/00-cni-guard.conflist
 CACHE=$NODE/var/lib/cni/cni-guard
@@ -207,7 +209,7 @@ case "$SCENARIO" in
     [ -n "$lease" ] || fail "rb-1 has no net1 lease"
     multus_away
     t0=$(now_ms)
-    scripts/cluster.sh reboot
+    CLUSTER_REBOOT_PODS="kill" scripts/cluster.sh reboot
     # kubelet tears the old sandbox down (its network namespace is gone) while Multus is away:
     # the guard's DEL of it waits for 00-multus.conf. Then Multus comes back.
     for _ in $(seq 120); do cni_running DEL "$sb_old" && break; sleep 0.5; done

@@ -21,6 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
 
 WAIT=${1:?usage: $0 WAIT_SECONDS [ROUNDS]}
 ROUNDS=${2:-3}
@@ -59,12 +61,8 @@ done
 grep -q "\"waitSeconds\": $WAIT," "$GUARD_CONF" || fail "00-cni-guard.conflist does not say waitSeconds $WAIT: $(cat "$GUARD_CONF")"
 
 # The Multus restart's stand-in delay (the same init container churn.sh adds).
+start_delay kube-system kube-multus-ds "$DELAY"
 image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.containers[0].image}')
-if [ "$DELAY" != 0 ] &&
-   ! "$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.spec.template.spec.initContainers[*].name}' | grep -qw start-delay; then
-  "$K" -n kube-system patch daemonset kube-multus-ds --type=json -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/initContainers/-\",\"value\":{\"name\":\"start-delay\",\"image\":\"$image\",\"imagePullPolicy\":\"Never\",\"command\":[\"/bin/sleep\",\"$DELAY\"]}}]" >/dev/null
-fi
-"$K" -n kube-system rollout status daemonset/kube-multus-ds --timeout=120s >/dev/null
 for _ in $(seq 300); do [ -s "$CONF" ] && break; sleep 0.2; done
 [ -s "$CONF" ] || fail "00-multus.conf is not there before the first round"
 

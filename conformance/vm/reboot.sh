@@ -253,11 +253,7 @@ kubelet_version=$(node_info kubeletVersion)
 runtime_version=$(node_info containerRuntimeVersion)
 say "phases: ${phases[*]}"
 
-# MERGE: the reboot-summary line is printed by conformance/k8s (the netns node's reboots) once
-# that lands; until then this function prints the same format. Swap it for that one at merge.
-reboot_summary() { # KEY=VALUE... in the line's order
-  echo "reboot-summary $*"
-}
+# The line's format is conformance/k8s/lib.sh's (reboot_summary), shared with the netns node.
 reboot_summary "kubernetes=$kubelet_version" "containerd=${runtime_version#containerd://}" \
   "multus=$MULTUS_VERSION" primary=bridge node=vm etc_cni=disk "layout=$LAYOUT" "guard=$GUARD" \
   "pods=$PODS" "full=$full" "bare=$bare" "notready_s=$notready" "stuck_teardowns=$stuck" \

@@ -4,12 +4,14 @@
 # conformance/k8s/incident.sh (Multus stopped, a pod in the window is refused by the guard, then
 # gets eth0 + net1 once Multus is back; what an operator sees is captured), daemonset.sh (the
 # guard's DaemonSet: shutdown, install, keep, uninstall overlay) and crash.sh (a SIGKILLed Multus,
-# three ways); recovery.sh and perpod.sh (issue 18); node-events.sh (containerd restart, reboot,
-# a long Multus outage); then, without the guard in the layout before the seed's fix, the incident itself
+# three ways); recovery.sh and perpod.sh (issue 18); node-events.sh (containerd restart, a reboot
+# that does not stop the pods first, a long Multus outage); then, without the guard in the layout before the seed's fix, the incident itself
 # (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
-# refused naming it); then the incident under churn, four incident-summary lines (churn.sh);
-# then down, and nothing left behind (processes, network namespace, mounts, cgroups, files,
-# entries in /var/lib/cni/results, the kernel settings kubelet changes).
+# refused naming it); then, layout by layout, the incident under churn (churn.sh: five
+# incident-summary lines) and node reboots (reboot.sh, issue 28: six reboot-summary lines, /etc/cni
+# on disk and as Talos 1.14's tmpfs); then down, and nothing left behind (processes, network
+# namespace, mounts, cgroups, files, entries in /var/lib/cni/results, the kernel settings kubelet
+# changes). Each stage's time is printed at the end.
 #
 # Needs root and the binaries scripts/setup.sh builds. Locally without them it skips loudly;
 # under CI=true that is a failure.
@@ -17,6 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
 
 skip() {
   if [ "${CI:-}" = true ]; then
@@ -38,6 +42,7 @@ cargo build --release --locked -p cni-guard
 # any clone, anything else that runs scripts/cluster.sh) holds this lock; the others wait here.
 exec 9>/run/lock/cni-guard-node.lock
 flock -w 1800 9 || skip "another run of this test held the lock for 30 min"
+stage_done "release build, waiting for the node lock"
 # The cluster belongs to this run: a cluster left up by a killed run is not taken for ours
 # (scripts/cluster.sh up removes it and makes a new one).
 export CLUSTER_OWNER_PID=$$
@@ -71,6 +76,9 @@ finish() {
     echo "35-kubernetes: FAIL: left behind: ${left[*]}" >&2
     rc=1
   fi
+  stage_done down
+  echo "35-kubernetes: time per stage"
+  stage_table
   exit "$rc"
 }
 trap finish EXIT
@@ -93,10 +101,13 @@ export CLUSTER_GUARD_WAIT=0
 scripts/cluster.sh up
 echo "35-kubernetes: up in $((SECONDS - start))s"
 scripts/cluster.sh status
+stage_done "up (the seed's layout, the guard in front)"
 conformance/k8s/check.sh
 conformance/k8s/incident.sh
+stage_done "check.sh, incident.sh"
 # The guard's DaemonSet as an operator runs it: shutdown, install, keep, the uninstall overlay.
 conformance/k8s/daemonset.sh
+stage_done "daemonset.sh"
 # A SIGKILLed, crash-looping Multus (00-multus.conf stays, its socket dead) without the guard,
 # with it, and with its `sockets` precondition: every pod comes up with net1 (crash.sh fails
 # otherwise); only the sockets precondition refuses at once, naming the socket, and turns the
@@ -131,6 +142,7 @@ for mode in no-guard guard guard-socket; do
         exit 1
       fi ;;
   esac
+  stage_done "crash.sh $mode"
 done
 unset CLUSTER_GUARD_WAIT
 
@@ -141,6 +153,7 @@ for w in 0 60; do
   line=$(conformance/k8s/recovery.sh "$w" 3)
   echo "$line"
   recovery+=("$line")
+  stage_done "recovery.sh $w 3"
 done
 median60=$(num "${recovery[1]}" median_ms)
 median0=$(num "${recovery[0]}" median_ms)
@@ -156,32 +169,27 @@ echo "$line"
 [ "$(field "$line" plain_started_during_outage)" = 3/3 ] && [ "$(num "$line" networked_bare)" = 0 ] &&
   [ "$(num "$line" leaked)" = 0 ] || { echo "35-kubernetes: FAIL: per-pod: $line" >&2; exit 1; }
 printf '%s\n' "${recovery[@]}" "$line" >"${CNI_GUARD_K8S_AVAILABILITY:-/tmp/cni-guard-availability-summary.txt}"
+stage_done "perpod.sh 3"
 
 # What else a node goes through, with the guard at the manifest's wait (issue 21): containerd
-# restarted while the guard holds an ADD, a reboot (/run wiped; the old sandboxes torn down
-# through their records while Multus is not up yet), a Multus outage past the guard's and
-# multus-shim's 60 s. Each script fails when its evidence is missing (no ADD held, no DEL that
-# waited for Multus, no refusal after the full wait) or anything is left (leaks.py).
+# restarted while the guard holds an ADD, a reboot that does not stop the pods first (/run wiped;
+# the old sandboxes torn down through their records after the boot, while Multus is not up yet;
+# reboot.sh below reboots as Talos does, its pods stopped through the CRI first), a Multus outage
+# past the guard's and multus-shim's 60 s. Each script fails when its evidence is missing (no ADD
+# held, no DEL that waited for Multus, no refusal after the full wait) or anything is left
+# (leaks.py).
 for scenario in containerd-restart reboot long-outage; do
   line=$(conformance/k8s/node-events.sh "$scenario")
   echo "$line"
   [ "$(num "$line" bare)" = 0 ] && [ "$(num "$line" stale)" = 0 ] ||
     { echo "35-kubernetes: FAIL: $scenario: $line" >&2; exit 1; }
+  stage_done "node-events.sh $scenario"
 done
 
-scripts/cluster.sh down
-echo "35-kubernetes: the seed's layout with the guard passed in $((SECONDS - start))s"
-
-# The same incident without the guard, in the layout the seed fixed: the pod comes up without net1.
-CLUSTER_LAYOUT=before-fix scripts/cluster.sh up
-conformance/k8s/incident.sh
-# The guard in that layout with Multus's auto-config left alone: refused naming the election.
-conformance/k8s/autoconfig.sh
-
 # The incident under churn (conformance/k8s/churn.sh): one incident-summary line per layout and
-# guard, each run bringing the node up in its layout (about 80 s a run). churn.sh itself fails a
-# run in which a Multus restart opened no window (00-multus.conf still there after 12 s). What
-# each line must show:
+# guard, each run bringing the node up in its layout when it is in another (about 80 s a run).
+# churn.sh itself fails a run in which a Multus restart opened no window (00-multus.conf still
+# there after 12 s). What each line must show:
 #   original off   the incident: bare > 0
 #   seed-fix off   the seed's fix alone: bare = 0, and what it costs, seen by the detectors that
 #                  must stay at 0 with the guard: teardown_failures > 0 and the node NotReady
@@ -195,59 +203,110 @@ conformance/k8s/autoconfig.sh
 #                  NotReady lasts a kubelet status period, 38 s in the seed-fix off run), and every
 #                  pod Running with net1 after the last restart (recovery_s a number, not "never")
 # CNI_GUARD_K8S_CHURN=0 leaves them out (a quick local run); CI always runs them.
-if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then
-  summaries=()
-  NOTREADY_MARGIN=3
-  for run in "original off" "original on" "seed-fix off" "seed-fix on" "seed-fix perpod"; do
-    # shellcheck disable=SC2086 # LAYOUT GUARD
-    line=$(conformance/k8s/churn.sh $run)
-    echo "$line"
-    summaries+=("$line")
-    pods=$(num "$line" pods)
-    full=$(num "$line" full)
-    bare=$(num "$line" bare)
-    td=$(num "$line" teardown_failures)
-    nr=$(num "$line" notready_s)
-    rec=$(field "$line" recovery_s)
-    refused=$(num "$line" refused)
-    fs=$(num "$line" failed_sandboxes)
-    unk=$(num "$line" unknown_s)
-    if [ "$pods" -eq 0 ] || [ "$full" -eq 0 ]; then echo "35-kubernetes: FAIL: $run: no pod came up full" >&2; exit 1; fi
-    case "$run" in
-      "original off")
-        [ "$bare" -gt 0 ] || { echo "35-kubernetes: FAIL: original off: the incident did not happen (bare=0)" >&2; exit 1; } ;;
-      "seed-fix off")
-        [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; }
-        # The detectors detect: this is the run where they must see something.
-        if [ "$td" -eq 0 ] || [ $((nr - unk)) -le 0 ]; then
-          echo "35-kubernetes: FAIL: seed-fix off: the detectors saw nothing (want teardown_failures > 0 and notready_s - unknown_s > 0): $line" >&2
-          exit 1
-        fi ;;
-      *)
-        # With the manifest's wait (60 s) a pod in a window is held until Multus is back, not
-        # refused; either way the guard's log shows that the window reached it.
-        held=$(num "$line" held)
-        if [ $((refused + held)) -eq 0 ]; then
-          echo "35-kubernetes: FAIL: $run: the guard neither refused nor held an ADD: the window reached no pod, nothing was shown: $line" >&2
-          exit 1
-        fi
-        if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$fs" -ne 0 ] || [ "$nr" -gt "$NOTREADY_MARGIN" ] || [ "$rec" = never ]; then
-          echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 failed_sandboxes=0 notready_s<=$NOTREADY_MARGIN and a recovery: $line" >&2
-          exit 1
-        fi ;;
-    esac
-    if [ "$run" = "seed-fix perpod" ]; then
-      # Per-pod awareness in the churn: the plain pods created in a window start at once on
-      # the primary (well inside the window), the networked ones as with the guard on.
-      in_w=$(num "$line" plain_in_windows)
-      delay=$(num "$line" plain_delay_s)
-      window=$(num "$line" window_s)
-      if [ "$in_w" -eq 0 ] || ! python3 -c 'import sys; d, w = map(float, sys.argv[1:]); sys.exit(not (d <= 5 and d < w / 2))' "$delay" "$window"; then
-        echo "35-kubernetes: FAIL: $run: plain pods created in a window should start at once (want plain_in_windows > 0, plain_delay_s <= 5 and < window_s / 2): $line" >&2
+NOTREADY_MARGIN=3
+churn_summaries=()
+churn_run() { # LAYOUT GUARD
+  local run="$1 $2" line pods full bare td nr rec refused fs unk held in_w delay window
+  line=$(conformance/k8s/churn.sh "$1" "$2")
+  echo "$line"
+  churn_summaries+=("$line")
+  pods=$(num "$line" pods)
+  full=$(num "$line" full)
+  bare=$(num "$line" bare)
+  td=$(num "$line" teardown_failures)
+  nr=$(num "$line" notready_s)
+  rec=$(field "$line" recovery_s)
+  refused=$(num "$line" refused)
+  fs=$(num "$line" failed_sandboxes)
+  unk=$(num "$line" unknown_s)
+  if [ "$pods" -eq 0 ] || [ "$full" -eq 0 ]; then echo "35-kubernetes: FAIL: $run: no pod came up full" >&2; exit 1; fi
+  case "$run" in
+    "original off")
+      [ "$bare" -gt 0 ] || { echo "35-kubernetes: FAIL: original off: the incident did not happen (bare=0)" >&2; exit 1; } ;;
+    "seed-fix off")
+      [ "$bare" -eq 0 ] || { echo "35-kubernetes: FAIL: seed-fix off: bare=$bare" >&2; exit 1; }
+      # The detectors detect: this is the run where they must see something.
+      if [ "$td" -eq 0 ] || [ $((nr - unk)) -le 0 ]; then
+        echo "35-kubernetes: FAIL: seed-fix off: the detectors saw nothing (want teardown_failures > 0 and notready_s - unknown_s > 0): $line" >&2
+        exit 1
+      fi ;;
+    *)
+      # With the manifest's wait (60 s) a pod in a window is held until Multus is back, not
+      # refused; either way the guard's log shows that the window reached it.
+      held=$(num "$line" held)
+      if [ $((refused + held)) -eq 0 ]; then
+        echo "35-kubernetes: FAIL: $run: the guard neither refused nor held an ADD: the window reached no pod, nothing was shown: $line" >&2
         exit 1
       fi
+      if [ "$bare" -ne 0 ] || [ "$td" -ne 0 ] || [ "$fs" -ne 0 ] || [ "$nr" -gt "$NOTREADY_MARGIN" ] || [ "$rec" = never ]; then
+        echo "35-kubernetes: FAIL: $run: want bare=0 teardown_failures=0 failed_sandboxes=0 notready_s<=$NOTREADY_MARGIN and a recovery: $line" >&2
+        exit 1
+      fi ;;
+  esac
+  if [ "$run" = "seed-fix perpod" ]; then
+    # Per-pod awareness in the churn: the plain pods created in a window start at once on
+    # the primary (well inside the window), the networked ones as with the guard on.
+    in_w=$(num "$line" plain_in_windows)
+    delay=$(num "$line" plain_delay_s)
+    window=$(num "$line" window_s)
+    if [ "$in_w" -eq 0 ] || ! python3 -c 'import sys; d, w = map(float, sys.argv[1:]); sys.exit(not (d <= 5 and d < w / 2))' "$delay" "$window"; then
+      echo "35-kubernetes: FAIL: $run: plain pods created in a window should start at once (want plain_in_windows > 0, plain_delay_s <= 5 and < window_s / 2): $line" >&2
+      exit 1
     fi
-  done
-  printf '%s\n' "${summaries[@]}" >"${CNI_GUARD_K8S_SUMMARY:-/tmp/cni-guard-incident-summary.txt}"
-fi
+  fi
+  stage_done "churn.sh $run"
+}
+
+# Node reboots, side by side (conformance/k8s/reboot.sh, issue 28), each run on the node the
+# churn of its layout left up: one reboot-summary line each, judged by lib.sh's reboot_check
+# (original off: bare > 0, the incident made by the reboot; seed-fix off: bare 0 and the node
+# NotReady; guard on: bare 0, no stuck teardown, the guard reached). With /etc/cni a tmpfs (Talos
+# 1.14 and later) in the original layout, the guard's install container is held back
+# (REBOOT_GUARD_DELAY) until after the primary's file is written: the first file wins, and that
+# line must show the incident with the guard installed (first_conf 05-cilium.conflist, bare > 0).
+# In the seed's layout the guard's file comes first as it does on its own, and every pod is full.
+# CNI_GUARD_K8S_REBOOT=0 leaves them out; CI always runs them.
+reboot_summaries=()
+reboot_run() { # LAYOUT GUARD ETC_CNI [GUARD_DELAY]
+  local line
+  [ "${CNI_GUARD_K8S_REBOOT:-1}" = 1 ] || [ "${CI:-}" = true ] || return 0
+  line=$(REBOOT_GUARD_DELAY=${4:-0} conformance/k8s/reboot.sh "$1" "$2" "$3")
+  echo "$line"
+  reboot_summaries+=("$line")
+  if [ "${4:-0}" != 0 ] && [ "$(field "$line" first_conf)" != 05-cilium.conflist ]; then
+    echo "35-kubernetes: FAIL: the guard held back ${4} s, yet the primary's file was not the first at boot: the race was not set up: $line" >&2
+    exit 1
+  fi
+  stage_done "reboot.sh $*"
+}
+
+# The seed's layout first, on the node the scenarios above leave (the guard at the manifest's
+# wait), then per-pod awareness and no guard on that same node (node_in_layout changes the guard
+# as an operator would); then the layout before the fix.
+if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run seed-fix on; fi
+reboot_run seed-fix on disk
+reboot_run seed-fix on tmpfs
+if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run seed-fix perpod; fi
+if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run seed-fix off; fi
+reboot_run seed-fix off disk
+scripts/cluster.sh down
+echo "35-kubernetes: the seed's layout passed in $((SECONDS - start))s"
+
+# The same incident without the guard, in the layout the seed fixed: the pod comes up without net1.
+CLUSTER_LAYOUT=before-fix scripts/cluster.sh up
+conformance/k8s/incident.sh
+stage_done "up (the layout before the fix), incident.sh without the guard"
+
+if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run original off; fi
+reboot_run original off disk
+# The guard in that layout with Multus's auto-config left alone: refused naming the election.
+conformance/k8s/autoconfig.sh
+stage_done "autoconfig.sh"
+if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run original on; fi
+reboot_run original on disk
+reboot_run original on tmpfs 20
+[ ${#churn_summaries[@]} -eq 0 ] ||
+  printf '%s\n' "${churn_summaries[@]}" >"${CNI_GUARD_K8S_SUMMARY:-/tmp/cni-guard-incident-summary.txt}"
+[ ${#reboot_summaries[@]} -eq 0 ] ||
+  printf '%s\n' "${reboot_summaries[@]}" >"${CNI_GUARD_K8S_REBOOT_SUMMARY:-/tmp/cni-guard-reboot-summary.txt}"
 echo "35-kubernetes: passed in $((SECONDS - start))s"

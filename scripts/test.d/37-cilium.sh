@@ -6,8 +6,11 @@
 #   1. a pod asking for macvlan-net1 gets eth0 from Cilium (an endpoint of the agent, an address
 #      of the node's podCIDR) and net1 from Multus;
 #   2. the incident under churn on it (conformance/k8s/churn.sh, short): the four
-#      incident-summary lines with primary=cilium; with the guard every pod full (the others,
-#      after step 4, with one Multus restart each);
+#      incident-summary lines with primary=cilium; with the guard every pod full, without it in
+#      the layout before the fix the incident (bare > 0: cilium-cni run by containerd itself
+#      reaches the agent, as on a real node) (the others, after step 4, with one Multus restart
+#      each); and two node reboots (conformance/k8s/reboot.sh, issue 28): the seed's layout with
+#      the guard (every pod full) and the layout before the fix without it (the incident);
 #   3. a Cilium agent restart with the guard: the conflist left behind (the agent's own stop) and
 #      removed (cni.uninstall): a pod created while it is down is refused at once (11, naming the socket
 #      or the attachment), the guard's probe is NotReady, and the pod comes up with eth0 + net1
@@ -19,7 +22,8 @@
 #      00-cni-guard.conflist untouched) and in the one before the fix (confPath the conf dir:
 #      00-multus.conf and 00-cni-guard.conflist renamed to *.cilium_bak; what keep and check
 #      do about it; a fight of renames is counted and printed, never passed over).
-# Prints one `cilium-...` line per step (the README's "The real Cilium" quotes them).
+# Prints one `cilium-...` line per step (the README's "The real Cilium" quotes them), the churn's
+# incident-summary and the reboots' reboot-summary lines, and each stage's time at the end.
 #
 # Needs root, the binaries of scripts/setup.sh (Cilium's included) and clang-19. Locally without
 # them it skips loudly; under CI=true that is a failure.
@@ -27,6 +31,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
 
 NAME=37-cilium
 skip() {
@@ -58,12 +64,15 @@ export CLUSTER_PRIMARY=cilium
 # check after every guard-on run fails on a net1 lease left by a DEL that ran past an absent Multus.
 export CLUSTER_GUARD_WAIT=0
 K=$KUBERNETES_BIN/kubectl
-SOCK=$NODE/run/cilium/cilium.sock
+# The guard image's operator binary (install, keep, check), as the manifests run it.
+GUARD_AGENT=${CNI_GUARD_AGENT:-/cni-guard-agent}
+SOCK=/run/cilium/cilium.sock # the agent's (scripts/cluster.sh: CILIUM_RUN)
 cargo build --release --locked -p cni-guard
 
 # One node per machine: the same lock as 35-kubernetes.sh.
 exec 9>/run/lock/cni-guard-node.lock
 flock -w 1800 9 || skip "another run of a node test held the lock for 30 min"
+stage_done "release build, waiting for the node lock"
 
 finish() {
   local rc=$? left=()
@@ -72,6 +81,7 @@ finish() {
   scripts/cluster.sh down || rc=1
   [ ! -e /run/netns/cni-guard-k8s ] || left+=("netns cni-guard-k8s")
   [ ! -e "$CLUSTER_DIR" ] || left+=("$CLUSTER_DIR")
+  [ ! -e /run/cilium ] || left+=("/run/cilium")
   if pgrep -f "$CLUSTER_DIR/" >/dev/null; then left+=("processes naming $CLUSTER_DIR"); fi
   if awk -v d="$CLUSTER_DIR" '$5 == d || index($5, d "/") == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo; then
     left+=("mounts below $CLUSTER_DIR")
@@ -80,6 +90,9 @@ finish() {
     echo "$NAME: FAIL: left behind: ${left[*]}" >&2
     rc=1
   fi
+  stage_done down
+  echo "$NAME: time per stage"
+  stage_table
   exit "$rc"
 }
 trap finish EXIT
@@ -163,6 +176,7 @@ sys.exit(not (s.get("eth0") == "cilium" and s.get("net1") == "default/macvlan-ne
 echo "cilium-pod version=$CILIUM_VERSION up_s=$up_s $nets network_status=eth0:cilium,net1:default/macvlan-net1"
 "$K" delete pod cilium-net1 --wait=true --timeout=60s >/dev/null
 wait_ready cilium-old 60 || fail "cilium-old not Ready"
+stage_done "1. up, a pod with eth0 from Cilium and net1"
 
 # --- 2. the incident under churn, short ------------------------------------------------------
 line=$(CHURN_PODS=${CILIUM_CHURN_PODS:-6} CHURN_RESTARTS=${CILIUM_CHURN_RESTARTS:-2} conformance/k8s/churn.sh seed-fix on)
@@ -170,14 +184,30 @@ echo "$line"
 [ "$(field "$line" primary)" = cilium ] || fail "the churn line does not say primary=cilium: $line"
 [ "$(field "$line" bare)" = 0 ] && [ "$(field "$line" full)" = "$(field "$line" pods)" ] &&
   [ "$(field "$line" pods)" -gt 0 ] || fail "with the guard every churn pod must be full: $line"
+stage_done "2. churn.sh seed-fix on"
+
+# --- 2c. a node reboot with the guard, the real Cilium the primary --------------------------------
+# (reboot.sh: the agent stopped with the node's pods and started again at boot, its conflist kept
+# on disk; lib.sh's reboot_check: bare 0, no stuck teardown, the guard reached). cilium-old comes
+# back on a new sandbox too.
+line=$(REBOOT_PODS=${CILIUM_REBOOT_PODS:-4} conformance/k8s/reboot.sh seed-fix on disk)
+echo "$line"
+[ "$(field "$line" primary)" = cilium ] || fail "the reboot line does not say primary=cilium: $line"
+wait_ready cilium-old 120 || fail "cilium-old not Ready after the reboot"
+stage_done "2c. reboot.sh seed-fix on disk"
 
 # --- 3. a Cilium agent restart with the guard ------------------------------------------------
-# restart NAME MODE: stops the agent (MODE stop: conflist left; uninstall: removed), creates pod
-# NAME, waits HOLD s, starts the agent, waits for the pod; prints what was seen.
-HOLD=${CILIUM_DOWN_SECONDS:-40}
+# restart NAME MODE HOLD: stops the agent (MODE stop: conflist left; uninstall: removed), creates
+# pod NAME, waits HOLD s, starts the agent, waits for the pod; prints what was seen. HOLD: 20 s
+# where the refusal comes at once (the guard: within 15 s asserted, its probe NotReady within a
+# 10 s period; no guard and no conflist: Multus fails at once), 40 s where cilium-cni holds the
+# ADD for its 30 s first (no guard, the conflist left).
+HOLD_SHORT=${CILIUM_DOWN_SECONDS_SHORT:-20}
+HOLD_LONG=${CILIUM_DOWN_SECONDS:-40}
 restart() {
-  local name=$1 mode=$2 t_pod t_first='' first_msg='' notready=0 t_start ready_s i msg
-  scripts/cluster.sh cilium stop $([ "$mode" = uninstall ] && echo --uninstall) >/dev/null 2>&1
+  local name=$1 mode=$2 HOLD=$3 t_pod t_first='' first_msg='' notready=0 t_start ready_s i msg
+  if [ "$mode" = uninstall ]; then scripts/cluster.sh cilium stop --uninstall >/dev/null 2>&1
+  else scripts/cluster.sh cilium stop >/dev/null 2>&1; fi
   pod "$name"
   t_pod=$SECONDS
   for ((i = 0; i < HOLD; i++)); do
@@ -216,7 +246,7 @@ restart() {
   "$K" delete pod "$name" --wait=true --timeout=60s >/dev/null
 }
 for mode in stop uninstall; do
-  line=$(restart "restart-guard-$mode" "$mode")
+  line=$(restart "restart-guard-$mode" "$mode" "$HOLD_SHORT")
   echo "cilium-restart guard=on $line"
   [ "$(field "$line" guard_notready)" = 1 ] || fail "the guard stayed Ready with the agent down ($mode)"
   first=$(field "$line" first_refusal_s)
@@ -235,6 +265,7 @@ done
 "$K" exec cilium-old -- nc -w 3 10.77.0.2 6443 </dev/null >/dev/null 2>&1 ||
   fail "cilium-old lost its network across the agent's restarts"
 echo "cilium-restart existing_pod=cilium-old reachable_after_restarts=yes"
+stage_done "3. agent restarts with the guard (stop, uninstall)"
 
 # --- 5a. cni.exclusive true in the seed's layout ------------------------------------------------
 # confPath is Multus's folder: the agent renames what else is there (nothing), never the conf dir.
@@ -255,6 +286,7 @@ echo "cilium-exclusive layout=seed pod $(two_nets exclusive-seed)"
 "$K" delete pod exclusive-seed --wait=true --timeout=60s >/dev/null
 scripts/cluster.sh cilium stop >/dev/null 2>&1
 scripts/cluster.sh cilium start >/dev/null 2>&1
+stage_done "5a. cni.exclusive in the seed's layout"
 
 # --- 4. the same restart without the guard -----------------------------------------------------
 "$K" -n cni-guard delete daemonset cni-guard --cascade=foreground --wait=true --timeout=60s >/dev/null
@@ -262,7 +294,7 @@ scripts/cluster.sh cilium start >/dev/null 2>&1
 [ -z "$("$K" -n cni-guard get pod -o name 2>/dev/null)" ] || fail "the guard's pod is still there"
 rm -f "$NODE/etc/cni/net.d/00-cni-guard.conflist" # `keep` leaves it on SIGTERM (by design)
 for mode in stop uninstall; do
-  line=$(restart "restart-noguard-$mode" "$mode")
+  line=$(restart "restart-noguard-$mode" "$mode" "$([ "$mode" = stop ] && echo "$HOLD_LONG" || echo "$HOLD_SHORT")")
   echo "cilium-restart guard=off $line"
   if [ "$mode" = stop ]; then
     # The agent's conflist left behind: cilium-cni itself holds the ADD (it polls the socket for
@@ -273,17 +305,31 @@ for mode in stop uninstall; do
       fail "without the guard cilium-cni did not hold the ADD ~30 s and fail naming the agent: $line"
   fi
 done
+stage_done "4. agent restarts without the guard (stop, uninstall)"
 
 # --- 2b. the other three churn lines, shorter (each brings the node up in its layout) -----------
-# Without the guard bare pods are the incident itself, expected and printed; with it none.
+# With the guard no pod may be bare; without it in the layout before the fix bare pods are the
+# incident itself, and they must be there (the seed's exact pair: Cilium's conflist first in the
+# conf dir, cilium-cni reaching the agent at /var/run/cilium as on a real node). After that
+# churn, on the same node, the seed's trigger itself: a reboot (reboot.sh, its line checked by
+# lib.sh's reboot_check: bare > 0).
 for lg in "seed-fix off" "original off" "original on"; do
   # shellcheck disable=SC2086 # two words: layout and guard
   line=$(CHURN_PODS=${CILIUM_CHURN_PODS:-6} CHURN_RESTARTS=1 conformance/k8s/churn.sh $lg)
   echo "$line"
   [ "$(field "$line" primary)" = cilium ] && [ "$(field "$line" pods)" -gt 0 ] ||
     fail "the churn line does not say primary=cilium or saw no pod: $line"
-  if [ "${lg#* }" = on ]; then
-    [ "$(field "$line" bare)" = 0 ] || fail "with the guard no churn pod may be bare: $line"
+  case "$lg" in
+    *" on") [ "$(field "$line" bare)" = 0 ] || fail "with the guard no churn pod may be bare: $line" ;;
+    "original off") [ "$(field "$line" bare)" -gt 0 ] ||
+      fail "the layout before the fix without the guard, the real Cilium: the incident did not happen (bare=0): $line" ;;
+  esac
+  stage_done "2b. churn.sh $lg"
+  if [ "$lg" = "original off" ]; then
+    line=$(REBOOT_PODS=${CILIUM_REBOOT_PODS:-4} conformance/k8s/reboot.sh original off disk)
+    echo "$line"
+    [ "$(field "$line" primary)" = cilium ] || fail "the reboot line does not say primary=cilium: $line"
+    stage_done "2d. reboot.sh original off disk"
   fi
 done
 
@@ -304,7 +350,7 @@ n_restored=$("$K" -n cni-guard logs daemonset/cni-guard -c keep 2>/dev/null | gr
 files=$(cd "$N_CONF" && ls | tr '\n' ' ')
 ready=$(guard_ready)
 phase=$("$K" get pod exclusive-fight -o jsonpath='{.status.phase}')
-check=$("$K" -n cni-guard exec daemonset/cni-guard -c keep -- /cni-guard-agent check \
+check=$("$K" -n cni-guard exec daemonset/cni-guard -c keep -- "$GUARD_AGENT" check \
   --config="/host$N_CONF/00-cni-guard.conflist" --host-root=/host --cni-path=/opt/cni/bin 2>&1 | grep '^not ready' | head -n 1 || true)
 fight=no
 # The fight is detected here and said, never passed over: renames of the guard's file by the
@@ -315,11 +361,12 @@ echo "cilium-exclusive layout=before-fix confPath=etc/cni/net.d seconds=$FIGHT r
 [ -e "$N_CONF/00-multus.conf.cilium_bak" ] || fail "the agent did not rename 00-multus.conf: $files"
 [ "$ready" = False ] || fail "the guard stayed Ready during the rename fight"
 # Not asserted, printed: whether a pod started meanwhile (containerd may catch the conf dir
-# between a rename and a restore, 05-cilium.conflist then first) and with what.
+# between a rename and a restore, 05-cilium.conflist then first) and with what (2026-12-06: it
+# did, with eth0 from Cilium alone).
 if [ "$phase" = Running ]; then
   echo "cilium-exclusive layout=before-fix pod_during_fight: $("$K" exec exclusive-fight -- ip -o -4 addr 2>&1 | awk '{print $2 "=" $4}' | tr '\n' ' ')"
 fi
-echo "$NAME: RENAME FIGHT: Cilium (cni.exclusive, confPath the conf dir) renamed 00-cni-guard.conflist $n_guard times in ${FIGHT}s and keep restored it $n_restored times; no pod starts (the delegate 00-multus.conf is renamed too). Use confPath /etc/cni/multus/net.d or cni.exclusive false." >&2
+echo "$NAME: RENAME FIGHT: Cilium (cni.exclusive, confPath the conf dir) renamed 00-cni-guard.conflist $n_guard times in ${FIGHT}s and keep restored it $n_restored times; the delegate 00-multus.conf is renamed too, so a pod either waits or starts on Cilium alone. Use confPath /etc/cni/multus/net.d or cni.exclusive false." >&2
 # End the fight before the node goes down (containerd reloads its CNI config on every round, and
 # cilium-cni's DEL waits for an agent): the agent again with cni.exclusive false, Multus's file
 # moved back, as an operator would.
@@ -327,5 +374,6 @@ scripts/cluster.sh cilium stop >/dev/null 2>&1
 scripts/cluster.sh cilium start >/dev/null 2>&1
 mv -f "$N_CONF/00-multus.conf.cilium_bak" "$N_CONF/00-multus.conf"
 "$K" delete pod exclusive-fight --wait=true --timeout=90s >/dev/null 2>&1 || true
+stage_done "5b. cni.exclusive in the layout before the fix (the rename fight)"
 
 echo "$NAME: done in $((SECONDS - t0))s"

@@ -17,6 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
 
 skip() {
   if [ "${CI:-}" = true ]; then
@@ -96,6 +98,9 @@ for run in "original off" "original on"; do
   held=$(num "$line" held)
   [ "$n" = "$pods" ] && [ $((full + bare)) = "$n" ] ||
     { echo "38-vm: FAIL: $run: want pods=$pods = full + bare: $line" >&2; exit 1; }
+  # What every reboot-summary line must show, the netns node's rules (conformance/k8s/lib.sh),
+  # then this suite's own, stricter ones.
+  reboot_check "$line" || { echo "38-vm: FAIL: $run: $line" >&2; exit 1; }
   case "$run" in
     "original off")
       [ "$bare" -gt 0 ] ||

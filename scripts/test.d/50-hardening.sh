@@ -2,7 +2,7 @@
 # Hardening (issue 7): the committed fuzz corpora replayed and a short smoke fuzz of every target,
 # the hostile-input suite against the release binary, and the fault suites.
 #
-# Needs: cargo-fuzz (installed here from crates.io when missing), a C++ compiler (libFuzzer),
+# Needs: cargo-fuzz (installed here by `cargo install` when missing), a C++ compiler (libFuzzer),
 # and for the root-only fault suites iproute2 and the reference plugins in /usr/lib/cni
 # (installed here with apt-get when running as root). Without root the fault suites that need it
 # skip loudly; under CI=true every missing prerequisite is a failure.

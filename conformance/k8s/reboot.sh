@@ -124,16 +124,21 @@ multus_image=$("$K" -n kube-system get daemonset kube-multus-ds -o jsonpath='{.s
 poll_status "$W/ready-polls" "$K" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'
 BG+=($!)
 # The conf dir as libcni lists it (*.conf, *.conflist, *.json, sorted), "ms files..." at each
-# change, every 0.1 s.
+# change, every 0.1 s. A listing that fails (the folder itself removed, as a tmpfs reboot does
+# for a moment) is looked at again, not recorded: under errexit and pipefail it would otherwise
+# end the observer, and first_conf would be a guess.
 (
   last=-
   while kill -0 $$ 2>/dev/null; do
-    now=$(find "$CONF_DIR" -maxdepth 1 -type f \( -name '*.conf' -o -name '*.conflist' -o -name '*.json' \) \
-      -printf '%f\n' 2>/dev/null | LC_ALL=C sort | tr '\n' ' ')
-    if [ "$now" != "$last" ]; then echo "$(now_ms) $now" >>"$W/conf-dir"; last=$now; fi
+    if now=$(find "$CONF_DIR" -maxdepth 1 -type f \( -name '*.conf' -o -name '*.conflist' -o -name '*.json' \) \
+      -printf '%f\n' 2>/dev/null | LC_ALL=C sort | tr '\n' ' ') && [ "$now" != "$last" ]; then
+      echo "$(now_ms) $now" >>"$W/conf-dir"
+      last=$now
+    fi
     sleep 0.1
   done
 ) >/dev/null 9>&- &
+observer=$!
 BG+=($!)
 kubelet_log=$CLUSTER_DIR/logs/kubelet.log
 kubelet_from=$(($(stat -c %s "$kubelet_log") + 1))
@@ -181,6 +186,7 @@ if [ "$GUARD" = on ]; then
   for _ in $(seq 120); do [ -s "$CONF_DIR/00-cni-guard.conflist" ] && break; sleep 1; done
   [ -s "$CONF_DIR/00-cni-guard.conflist" ] || fail "00-cni-guard.conflist not back 120 s after the boot"
 fi
+kill -0 "$observer" 2>/dev/null || fail "the conf dir's observer ended before the run did: $W/conf-dir is not the whole story"
 for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 BG=()

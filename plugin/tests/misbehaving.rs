@@ -461,13 +461,12 @@ fn one_deadline_bounds_a_hanging_add_and_its_hanging_rollback() {
     );
 }
 
-/// Runs the guard for ADD on `c1` with its stderr on a pipe that nobody reads (a runtime that
-/// stopped reading, or a log pipe that is full), and gives it `limit` to finish: past it the
-/// guard is killed and the test fails.
-fn run_with_unread_stderr(fx: &Fx, conf: &[u8], limit: Duration) -> (Done, bool) {
+/// Starts the guard for ADD on `c1` with `conf` on its stdin, its stdout to the file returned
+/// (`out/NAME`) and its stderr on a pipe left to the caller.
+fn spawn_add_with_piped_stderr(fx: &Fx, name: &str, conf: &[u8]) -> (Child, Instant, PathBuf) {
     let no_syslog = fx.path("no-syslog");
     let bin = fx.path("bin");
-    let out = fx.path("out/unread-stderr");
+    let out = fx.path(&format!("out/{name}"));
     let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
         ("PATH", Some("/usr/bin:/bin".as_ref())),
         ("CNI_GUARD_SYSLOG", Some(no_syslog.as_os_str())),
@@ -485,6 +484,14 @@ fn run_with_unread_stderr(fx: &Fx, conf: &[u8], limit: Duration) -> (Done, bool)
         .spawn()
         .unwrap();
     child.stdin.take().unwrap().write_all(conf).unwrap();
+    (child, start, out)
+}
+
+/// Runs the guard for ADD on `c1` with its stderr on a pipe that nobody reads (a runtime that
+/// stopped reading, or a log pipe that is full), and gives it `limit` to finish: past it the
+/// guard is killed and the test fails.
+fn run_with_unread_stderr(fx: &Fx, conf: &[u8], limit: Duration) -> (Done, bool) {
+    let (mut child, start, out) = spawn_add_with_piped_stderr(fx, "unread-stderr", conf);
     // Held open and never read.
     let _unread = child.stderr.take();
     let mut killed = false;
@@ -540,31 +547,8 @@ fn a_delegate_flooding_stderr_is_killed_at_the_deadline() {
     );
     fx.plugin("second", "");
     fx.delegate(&["first", "second"]);
-    let no_syslog = fx.path("no-syslog");
-    let bin = fx.path("bin");
-    let out = fx.path("out/flood");
-    let env: [(&str, Option<&std::ffi::OsStr>); 7] = [
-        ("PATH", Some("/usr/bin:/bin".as_ref())),
-        ("CNI_GUARD_SYSLOG", Some(no_syslog.as_os_str())),
-        ("CNI_COMMAND", Some("ADD".as_ref())),
-        ("CNI_CONTAINERID", Some("c1".as_ref())),
-        ("CNI_NETNS", Some("/run/netns/test".as_ref())),
-        ("CNI_IFNAME", Some("eth0".as_ref())),
-        ("CNI_PATH", Some(bin.as_os_str())),
-    ];
-    let start = Instant::now();
-    let mut child = test_support::command(env!("CARGO_BIN_EXE_cni-guard"), env)
-        .stdin(Stdio::piped())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&fx.guard(json!({"delegateTimeoutSeconds": 1})))
-        .unwrap();
+    let conf = fx.guard(json!({"delegateTimeoutSeconds": 1}));
+    let (mut child, start, out) = spawn_add_with_piped_stderr(&fx, "flood", &conf);
     // The runtime reads the guard's stderr, slower than the flood comes.
     let mut err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {

@@ -594,12 +594,17 @@ cilium_run_of_node() {
 }
 
 # Fills the @...@ placeholders of a manifest in conformance/k8s/manifests.
+# One left unfilled (a placeholder added to a manifest but not here) fails, naming it.
 manifest() {
-  sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
+  local out
+  out=$(sed -e "s|@NODE@|$NODE|g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
     -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" -e "s|@MASTER_CNI@|$MASTER_CNI|g" \
     -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" -e "s|@CILIUM_RUN@|$(cilium_run_of_node)|g" \
-    "$REPO/conformance/k8s/manifests/$1"
+    "$REPO/conformance/k8s/manifests/$1")
+  ! grep -qE '@[A-Z_]+@' <<<"$out" ||
+    die "manifest $1: placeholders left unfilled: $(grep -oE '@[A-Z_]+@' <<<"$out" | sort -u | tr '\n' ' ')"
+  printf '%s\n' "$out"
 }
 
 # deploy/multus-cilium as it is, rendered with the node's folders for the host's: every

@@ -317,17 +317,22 @@ down() {
 # --- manifests ------------------------------------------------------------------------------------
 # conformance/k8s/manifests/FILE for this node: its real paths (no node folder), the images it
 # imported; VM_LAYOUT original|seed-fix and VM_MULTUS_MASTER as scripts/cluster.sh's layouts.
+# (The node is a machine of its own: its paths are the real ones, Cilium's run folder included.)
 manifest() {
-  local autoconfig=/etc/cni/multus/net.d
+  local autoconfig=/etc/cni/multus/net.d out
   [ "${VM_LAYOUT:-seed-fix}" = original ] && autoconfig=/host/etc/cni/net.d
-  sed -e "s|@NODE@||g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
+  out=$(sed -e "s|@NODE@||g" -e "s|@MULTUS_IMAGE@|$MULTUS_IMAGE|g" \
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
     -e "s|@AUTOCONFIG_DIR@|$autoconfig|g" -e "s|@MASTER_CNI@|${VM_MULTUS_MASTER:-}|g" \
-    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" "$REPO/conformance/k8s/manifests/$1" |
+    -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" -e "s|@CILIUM_RUN@|/var/run/cilium|g" \
+    "$REPO/conformance/k8s/manifests/$1" |
     # Multus's CPU limit (100m, upstream's) is a tenth of a CPU that runs emulated here, several
     # times slower than the host's: its daemon took 2 min to start and every ADD crawled. Left
     # without limits on this node.
-    if [ "$1" = multus.yaml ]; then sed -e '/^ *limits:$/,/^ *memory: /d'; else cat; fi
+    if [ "$1" = multus.yaml ]; then sed -e '/^ *limits:$/,/^ *memory: /d'; else cat; fi)
+  ! grep -qE '@[A-Z_]+@' <<<"$out" ||
+    die "manifest $1: placeholders left unfilled: $(grep -oE '@[A-Z_]+@' <<<"$out" | sort -u | tr '\n' ' ')"
+  printf '%s\n' "$out"
 }
 # deploy/multus-cilium as it is but for the image (the imported one) and, in the original layout,
 # its attachment: 05-cilium.conflist in the conf dir.

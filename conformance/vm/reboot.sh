@@ -89,7 +89,7 @@ multus_ready() {
 wait_until() { # WHAT SECONDS COMMAND...
   local what=$1 secs=$2 t=$SECONDS
   shift 2
-  while ! "$@"; do
+  while ! "$@" >/dev/null; do
     ((SECONDS - t < secs)) || fail "timed out after ${secs}s waiting for $what"
     sleep 2
   done

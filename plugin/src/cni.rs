@@ -76,7 +76,7 @@ pub(crate) struct Ctx {
     /// The guard's cache dir, once its configuration parsed.
     cache_dir: Option<PathBuf>,
     /// Why a refusal happened, for the node's counters.
-    reason: Option<&'static str>,
+    pub(crate) reason: Option<&'static str>,
 }
 
 /// The cniVersion the reply is in, once the request is read: the panic hook's too.

@@ -98,6 +98,12 @@ impl Deadline {
         Deadline::new(guard.delegate_timeout, "delegateTimeoutSeconds")
     }
 
+    /// From now until `end`: a DEL's run again, in what is left of its budget.
+    pub fn until(end: Instant) -> Deadline {
+        let whole = end.saturating_duration_since(Instant::now());
+        Deadline::new(whole, "the rest of the DEL's budget")
+    }
+
     /// The end of everything: the verb's plugins, and for ADD its rollback.
     pub fn end(&self) -> Instant {
         self.start + self.whole

@@ -1,5 +1,8 @@
 //! DEL: tearing an attachment down, in plain steps, with what was recorded at its ADD.
 
+use std::path::PathBuf;
+use std::time::Instant;
+
 use crate::cni::{primary_config, wait_ready, Ctx, Done};
 use crate::config::GuardConfig;
 use crate::delegate::{self, Deadline};
@@ -8,13 +11,19 @@ use crate::netconf::NetworkConfig;
 use crate::readiness;
 use crate::records::Store;
 use crate::request::Request;
+use crate::sys::{self, FileId};
 use crate::version::convert_result;
 
 /// DEL, in plain steps: lock the attachment and read its record; choose what tears it down;
 /// wait for the delegate the record fronts; run it under the verb's one deadline; remove the
 /// record. Never refused for a missing delegate. Fails (11), tearing nothing down, when
-/// another process holds the attachment past `lockWaitSeconds`: the runtime retries.
+/// another process holds the attachment past `lockWaitSeconds`: the runtime retries. A run
+/// through a delegate that went away while it ran is not trusted ([`Seen`]): the lists run again
+/// once it is back, and while it is not back within the verb's budget DEL fails (11), keeping
+/// the record, for the runtime to retry.
 pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
+    // The verb's budget, which kubelet's StopPodSandbox deadline must hold (budget.rs).
+    let end = Instant::now() + cfg.lock_wait + cfg.del_wait + cfg.delegate_timeout;
     // 1. Lock and read the record.
     let store = Store::open_existing(&cfg.cache_dir, &cfg.name, cfg.lock_wait);
     let mut store = store.unwrap_or_else(|e| {
@@ -60,18 +69,61 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
             }
         }
     };
-    // 4. Run every list under one deadline, each in turn whatever the one before did.
-    let deadline = Deadline::start(cfg);
-    let mut after: usize = runs.iter().map(|(l, _)| l.plugins.len()).sum();
-    let mut result = Ok(());
-    for (list, run_cfg) in &runs {
-        after -= list.plugins.len();
-        let run_cfg = del_config(run_cfg, list, ctx);
-        let ran = delegate::del(list, &run_cfg, &req.cni_path, &deadline, after);
-        result = result.and(ran);
-        if run_cfg.delegate != cfg.delegate {
-            ctx.notes.push(("perpod", "primary".to_owned()));
+    // 4. Run every list under one deadline, each in turn whatever the one before did; while a
+    // delegate went away during its run, wait for it and run them all again, within the budget.
+    let runs: Vec<_> = runs
+        .into_iter()
+        .map(|(list, run_cfg)| {
+            let run_cfg = del_config(&run_cfg, &list, ctx);
+            (list, run_cfg)
+        })
+        .collect();
+    let mut deadline = Deadline::start(cfg);
+    let mut reruns = 0;
+    let result = loop {
+        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c)).collect();
+        let ran = run_all(req, &runs, &deadline);
+        let went = runs.iter().zip(&seen).find_map(|((list, run_cfg), seen)| {
+            let what = seen.as_ref()?.went_away()?;
+            Some((list, run_cfg, what))
+        });
+        let Some((list, run_cfg, what)) = went else {
+            break ran;
+        };
+        reruns += 1;
+        ctx.warnings.push(format!(
+            "DEL of {}/{}: delegate {} went away while its DEL ran ({what}): that run's result \
+             is not trusted; waiting for it to come back to run the DEL again",
+            req.container_id,
+            req.ifname,
+            list.path.display()
+        ));
+        // The run again gets at least a quarter of delegateTimeoutSeconds.
+        let left = end.saturating_duration_since(Instant::now());
+        let wait = left.saturating_sub(cfg.delegate_timeout / 4);
+        let back = !wait.is_zero() && wait_ready(req, run_cfg, wait, ctx).ready();
+        if !back {
+            ctx.notes.push(("reran", (reruns - 1).to_string()));
+            ctx.reason = Some("delegate-went-away");
+            let msg = format!(
+                "cni-guard: delegate {} went away while its DEL ran ({what}) and was not back \
+                 within the DEL's budget: not torn down for sure, the record stays",
+                list.path.display()
+            );
+            let why = "lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds bound a DEL; \
+                       the runtime retries it";
+            return Err(Error::new(Kind::NotReady, msg).with_details(why));
         }
+        deadline = Deadline::until(end);
+    };
+    if reruns > 0 {
+        ctx.notes.push(("reran", reruns.to_string()));
+    }
+    if runs
+        .iter()
+        .any(|(_, run_cfg)| run_cfg.delegate != cfg.delegate)
+    {
+        ctx.notes.push(("perpod", "primary".to_owned()));
     }
     result?;
     // 5. Remove the record.
@@ -80,6 +132,73 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
             .push(format!("torn down, but the record stays: {e}"));
     }
     Ok(Done::Empty(decision))
+}
+
+/// Runs every list's DEL under `deadline`, each in turn whatever the one before did; the first
+/// failure is the result.
+fn run_all(
+    req: &Request,
+    runs: &[(NetworkConfig, GuardConfig)],
+    deadline: &Deadline,
+) -> Result<()> {
+    let mut after: usize = runs.iter().map(|(l, _)| l.plugins.len()).sum();
+    let mut result = Ok(());
+    for (list, run_cfg) in runs {
+        after -= list.plugins.len();
+        let ran = delegate::del(list, run_cfg, &req.cni_path, deadline, after);
+        result = result.and(ran);
+    }
+    result
+}
+
+/// What a DEL through the delegate a configuration fronts depends on, as it was when the run
+/// started: the delegate's file, and each socket with whether it accepted connections. A
+/// delegate that is the client of a daemon can report success for a DEL the daemon never
+/// finished: multus-shim does so when its daemon stops while the DEL is inside it (the daemon
+/// removes its file and exits without finishing the requests under way). So a run is trusted
+/// only when what it depended on is still there, the same, at its end.
+struct Seen {
+    file: (PathBuf, Option<FileId>),
+    sockets: Vec<(PathBuf, Option<FileId>, bool)>,
+}
+
+impl Seen {
+    /// Watched for the delegate a configuration names (the guard's delegate, or the per-pod
+    /// primary); not for a record of a file since replaced, which no configuration names.
+    fn now(list: &NetworkConfig, run_cfg: &GuardConfig) -> Option<Seen> {
+        if list.path != run_cfg.delegate {
+            return None;
+        }
+        let socket = |p: &PathBuf| {
+            let accepts = sys::unix_socket_accepts(p).is_ok();
+            (p.clone(), sys::file_id(p), accepts)
+        };
+        Some(Seen {
+            file: (list.path.clone(), sys::file_id(&list.path)),
+            sockets: run_cfg.sockets.iter().map(socket).collect(),
+        })
+    }
+
+    /// What went away since (`its file was removed`); `None` when nothing did. What was not
+    /// there at the start (a DEL run after the wait with the delegate still away) is not judged.
+    fn went_away(&self) -> Option<String> {
+        let (_, file) = &self.file;
+        let changed = |was: &Option<FileId>, path: &PathBuf| match (was, sys::file_id(path)) {
+            (None, _) => None,
+            (Some(_), None) => Some("removed"),
+            (Some(a), Some(b)) => (*a != b).then_some("replaced"),
+        };
+        if let Some(how) = changed(file, &self.file.0) {
+            return Some(format!("its file was {how}"));
+        }
+        self.sockets.iter().find_map(|(path, was, accepted)| {
+            let how = changed(was, path).or_else(|| {
+                let refuses = *accepted && sys::unix_socket_accepts(path).is_err();
+                refuses.then_some("no longer accepting connections")
+            })?;
+            Some(format!("socket {} {how}", path.display()))
+        })
+    }
 }
 
 /// The attachment's recorded delegate, with the attachment locked in `store`; `None` without a

@@ -862,6 +862,186 @@ mod del {
         assert!(fx.cache_files().is_empty());
     }
 
+    /// A recorded multus-shim ADD, the delegate there: the conf to run DEL with. The next DEL
+    /// of multus-shim runs `once` (a shell script) inside it, as its daemon's shutdown would
+    /// happen while the DEL is inside the daemon.
+    fn recorded_with_del_hook(fx: &Fx, keys: serde_json::Value, once: &str) -> serde_json::Value {
+        fx.plugin("multus-shim");
+        fx.delegate("multus-shim", "1.0.0");
+        fx.answer("multus-shim", "ADD", &result("1.0.0", "10.1.0.2/24"), 0);
+        let conf = fx.guard("1.0.0", keys);
+        fx.run("ADD", &conf).ok();
+        std::fs::write(fx.path("fake/multus-shim.DEL.once"), once).unwrap();
+        conf
+    }
+
+    /// Waits (at most 20 s) until `what` holds.
+    fn until(what: impl Fn() -> bool) {
+        let end = Instant::now() + Duration::from_secs(20);
+        while !what() {
+            assert!(Instant::now() < end, "timed out waiting");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Multus stopped while the DEL was inside its daemon: the daemon removed its file and the
+    /// shim answered success for a DEL nobody finished. The guard does not trust that run: it
+    /// waits for the delegate to come back and runs the recorded DEL again, then removes the
+    /// record.
+    #[test]
+    fn a_del_whose_delegate_went_away_mid_run_runs_again_once_it_is_back() {
+        let fx = Fx::new();
+        let file = fx.delegate_path();
+        let once = format!("rm -f '{}'\n", file.display());
+        let conf = recorded_with_del_hook(&fx, json!({"waitSeconds": 20}), &once);
+        let back = {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                until(|| !file.exists());
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::write(
+                    &file,
+                    r#"{"cniVersion":"1.0.0","name":"m","type":"multus-shim"}"#,
+                )
+                .unwrap();
+                Instant::now()
+            })
+        };
+        let r = fx.run("DEL", &conf);
+        let done_at = Instant::now();
+        let back_at = back.join().unwrap();
+        r.ok();
+        assert!(
+            done_at >= back_at,
+            "the DEL ended before the delegate was back"
+        );
+        assert_eq!(
+            fx.calls(),
+            ["multus-shim ADD", "multus-shim DEL", "multus-shim DEL"]
+        );
+        assert!(
+            r.stderr
+                .contains("went away while its DEL ran (its file was removed)")
+                && r.stderr.contains("decision=deleted-recorded")
+                && r.stderr.contains("reran=1"),
+            "{}",
+            r.stderr
+        );
+        // The run again is the recorded DEL, not the file that came back.
+        assert_eq!(fx.received("multus-shim", "DEL")["name"], "multus-net");
+        assert!(fx.cache_files().is_empty());
+    }
+
+    /// A delegate file replaced during the run (written anew by a daemon that restarted): the
+    /// delegate is ready at once, and the DEL runs again at once.
+    #[test]
+    fn a_del_whose_delegate_was_replaced_mid_run_runs_again_at_once() {
+        let fx = Fx::new();
+        let file = fx.delegate_path();
+        let once = format!(
+            "cp '{f}' '{f}.new' && mv '{f}.new' '{f}'\n",
+            f = file.display()
+        );
+        let conf = recorded_with_del_hook(&fx, json!({"waitSeconds": 20}), &once);
+        let r = fx.run("DEL", &conf);
+        r.ok();
+        assert_eq!(
+            fx.calls(),
+            ["multus-shim ADD", "multus-shim DEL", "multus-shim DEL"]
+        );
+        assert!(r.stderr.contains("(its file was replaced)"), "{}", r.stderr);
+        assert!(fx.cache_files().is_empty());
+    }
+
+    /// Not back within the DEL's budget: the DEL fails with 11 and the record stays, so the
+    /// runtime's retry tears the attachment down once the delegate is back.
+    #[test]
+    fn a_del_whose_delegate_stays_away_fails_retryably_and_keeps_the_record() {
+        let fx = Fx::new();
+        let file = fx.delegate_path();
+        let once = format!("rm -f '{}'\n", file.display());
+        let keys =
+            json!({"lockWaitSeconds": 0, "delWaitSeconds": 0.5, "delegateTimeoutSeconds": 2});
+        let conf = recorded_with_del_hook(&fx, keys, &once);
+        let start = Instant::now();
+        let e = fx.run("DEL", &conf).error(11);
+        let took = start.elapsed();
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("went away while its DEL ran (its file was removed)")
+                && msg.contains("the record stays"),
+            "{e}"
+        );
+        // It waited for the delegate, within the budget (0 + 0.5 + 2 s).
+        assert!(
+            took >= Duration::from_millis(1500) && took < Duration::from_secs(10),
+            "{took:?}"
+        );
+        assert_eq!(fx.cache_files().len(), 1);
+        // The runtime's retry, the delegate back: torn down from the record.
+        fx.delegate("multus-shim", "1.0.0");
+        fx.run("DEL", &conf).ok();
+        assert_eq!(
+            fx.calls(),
+            ["multus-shim ADD", "multus-shim DEL", "multus-shim DEL"]
+        );
+        assert!(fx.cache_files().is_empty());
+    }
+
+    /// The daemon's socket: gone during the run, or there and no longer accepting (a daemon
+    /// that died with its file left). Either way the run is not trusted and runs again once
+    /// the socket accepts again.
+    #[test]
+    fn a_del_whose_socket_went_away_mid_run_runs_again() {
+        for removed in [true, false] {
+            let fx = Fx::new();
+            let sock = fx.path("multus.sock");
+            let marker = fx.path("inside");
+            let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+            let once = match removed {
+                true => format!("rm -f '{}'\n", sock.display()),
+                false => format!("touch '{}'; sleep 0.5\n", marker.display()),
+            };
+            let keys = json!({"waitSeconds": 20, "sockets": [sock]});
+            let conf = recorded_with_del_hook(&fx, keys, &once);
+            let daemon = {
+                let (sock, marker) = (sock.clone(), marker.clone());
+                std::thread::spawn(move || {
+                    match removed {
+                        true => until(|| !sock.exists()),
+                        false => until(|| marker.exists()),
+                    }
+                    // The daemon stops (its socket file stays when it was not removed) ...
+                    drop(listener);
+                    std::thread::sleep(Duration::from_millis(800));
+                    // ... and a new one listens.
+                    let _ = std::fs::remove_file(&sock);
+                    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+                    std::thread::sleep(Duration::from_secs(3));
+                    drop(l);
+                })
+            };
+            let r = fx.run("DEL", &conf);
+            r.ok();
+            let want = match removed {
+                true => "removed",
+                false => "no longer accepting connections",
+            };
+            assert!(
+                r.stderr
+                    .contains(&format!("socket {} {want}", sock.display())),
+                "{}",
+                r.stderr
+            );
+            assert_eq!(
+                fx.calls(),
+                ["multus-shim ADD", "multus-shim DEL", "multus-shim DEL"]
+            );
+            assert!(fx.cache_files().is_empty());
+            daemon.join().unwrap();
+        }
+    }
+
     #[test]
     fn tears_down_with_the_recorded_delegate_after_it_is_gone() {
         let fx = Fx::new();

@@ -170,6 +170,18 @@ pub fn unix_socket_accepts(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Which file a path names now, as of its last change (device, inode, ctime): `None` when
+/// nothing is there. Equal ids name the same file, unchanged: a removal, a rename over it and
+/// a write in place each give another id (a new file that reuses the inode has a new ctime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId(u64, u64, i64, i64);
+
+pub fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileId(m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
 pub fn geteuid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }

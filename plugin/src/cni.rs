@@ -387,7 +387,14 @@ fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
                 ));
             }
             if let Some(valid) = &cfg.valid_attachments {
-                errors.extend(store.keep_only(valid));
+                let (failed, busy) = store.keep_only(valid);
+                errors.extend(failed);
+                if busy > 0 {
+                    ctx.warnings.push(format!(
+                        "left {busy} record(s) outside the valid attachments alone: their \
+                         attachments are in use (an ADD or DEL of them under way)"
+                    ));
+                }
             }
         }
         Ok(None) => {}

@@ -238,28 +238,40 @@ impl Store {
     }
 
     /// Every record's attachment, as `(containerID, ifname)`, read from the names in the
-    /// directory this store opened.
+    /// directory this store opened. A name that is no attachment's (`notes.json`, a container
+    /// ID the spec's rules refuse) is none of the guard's records, and left out.
     pub fn list(&self) -> Result<Vec<(String, String)>> {
         let mut out: Vec<(String, String)> = self
             .names()?
             .iter()
             .filter_map(|n| parse_name(n))
+            .filter(|(id, ifname)| file_name(id, ifname).is_ok())
             .map(|(id, ifname)| (id.to_owned(), ifname.to_owned()))
             .collect();
         out.sort();
         Ok(out)
     }
 
-    /// Removes every record but those of `valid` attachments; returns what failed.
-    pub fn keep_only(&mut self, valid: &[(String, String)]) -> Vec<Error> {
+    /// Removes every record but those of `valid` attachments, taking only the attachments that
+    /// are free at once: one held by another process (an ADD or DEL of it under way) is in use
+    /// now, whatever the runtime's list said when it was made, and is left alone. Returns what
+    /// failed, and how many were left so.
+    pub fn keep_only(&mut self, valid: &[(String, String)]) -> (Vec<Error>, usize) {
         let records = match self.list() {
             Ok(records) => records,
-            Err(e) => return vec![e],
+            Err(e) => return (vec![e], 0),
         };
-        let stale = records.iter().filter(|r| !valid.contains(r));
-        stale
-            .filter_map(|(id, ifname)| self.remove(id, ifname).err())
-            .collect()
+        let (mut errors, mut busy) = (Vec::new(), 0);
+        for (id, ifname) in records.iter().filter(|r| !valid.contains(r)) {
+            let name = file_name(id, ifname).expect("list() gives attachments' names only");
+            match self.try_lock(&name, Instant::now()) {
+                Err(e) if *e.kind() == Kind::Busy => busy += 1,
+                Err(e) => errors.push(e),
+                Ok(()) => errors.extend(self.remove(id, ifname).err()),
+            }
+        }
+        self.release();
+        (errors, busy)
     }
 
     /// Removes temp files whose writer is gone (its attachment is not locked). Returns how many
@@ -422,6 +434,10 @@ mod tests {
 
     impl Holder {
         fn lock(cache: &Path) -> Holder {
+            Holder::lock_record(cache, "c1:eth0.json")
+        }
+        /// The same for the attachment whose record is `name`.
+        fn lock_record(cache: &Path, name: &str) -> Holder {
             let mut child = Command::new("python3")
                 .args([
                     "-c",
@@ -432,7 +448,7 @@ mod tests {
                      time.sleep(60)",
                 ])
                 .arg(cache.join(".g.lock"))
-                .arg(lock_offset("c1:eth0.json").to_string())
+                .arg(lock_offset(name).to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("python3 runs the lock holder");
@@ -542,6 +558,72 @@ mod tests {
             .unwrap_err()
             .msg()
             .contains("another attachment"));
+    }
+
+    /// GC takes only the records that are free at once: it neither waits lockWaitSeconds for
+    /// each busy one, nor removes the record of an attachment that was in use while it waited
+    /// (an ADD that ends while GC waits has just made that record).
+    #[test]
+    fn keep_only_takes_only_records_free_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::create(d.path(), "g", W).unwrap();
+        for id in ["c1", "c2", "c3", "c4"] {
+            s.write(&record(id)).unwrap();
+        }
+        drop(s);
+        // Three ADDs under way, ending within 300 ms; c4 free.
+        let held: Vec<Holder> = ["c1", "c2", "c3"]
+            .iter()
+            .map(|id| Holder::lock_record(d.path(), &format!("{id}:eth0.json")))
+            .collect();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let mut gc = Store::open_existing(d.path(), "g", Duration::from_secs(2))
+            .unwrap()
+            .unwrap();
+        let start = Instant::now();
+        let (errors, busy) = gc.keep_only(&[]);
+        let took = start.elapsed();
+        release.join().unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(busy, 3);
+        assert!(took < Duration::from_millis(300), "GC waited {took:?}");
+        assert_eq!(
+            gc.list().unwrap(),
+            ["c1", "c2", "c3"].map(|id| (id.to_owned(), "eth0".to_owned()))
+        );
+    }
+
+    /// A file in the records folder whose name is no attachment's is none of the guard's: it is
+    /// not listed, so GC neither fails on it nor removes it.
+    #[test]
+    fn names_that_are_no_attachments_are_not_records() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::create(d.path(), "g", W).unwrap();
+        s.write(&record("c1")).unwrap();
+        for odd in [
+            "notes.json",
+            "bad id!:eth0.json",
+            "c2:eth0:x.json",
+            "c3:.json",
+        ] {
+            std::fs::write(s.dir().join(odd), "{}").unwrap();
+        }
+        assert_eq!(s.list().unwrap(), [("c1".to_owned(), "eth0".to_owned())]);
+        let (errors, busy) = s.keep_only(&[]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(busy, 0);
+        assert_eq!(
+            names(&d.path().join("g")),
+            [
+                "bad id!:eth0.json",
+                "c2:eth0:x.json",
+                "c3:.json",
+                "notes.json"
+            ]
+        );
     }
 
     #[test]

@@ -181,7 +181,10 @@ impl Store {
     /// attachment past `lockWaitSeconds`: code 11.
     pub fn write(&mut self, record: &Record) -> Result<()> {
         let name = self.lock(&record.container_id, &record.ifname)?;
-        at::write_replace(&self.fd, &name, &record.encode(), 0o600, false)
+        // Only the attachment's holder writes its temp file: one there is a killed writer's.
+        let tmp = temp_name(&name);
+        at::unlink(&self.fd, &tmp)
+            .and_then(|()| at::write_replace(&self.fd, &name, &tmp, &record.encode(), 0o600, false))
             .map_err(|e| io_error(&self.dir.join(&name), "write", &e))
     }
 

@@ -126,30 +126,33 @@ pub fn unlock_byte(fd: &OwnedFd, offset: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The one atomic writer: `bytes` into `<dir>/.<name>.tmp` (a stale one replaced, never
-/// followed; with `mode`), then renamed over `name`, so a reader sees the old file or the new one, never a
-/// part. With `sync`, the data is on disk before the rename and the rename after it (a node's
+/// The one atomic writer: `bytes` into `<dir>/<tmp>`, a new file (with `mode`) that this call
+/// creates, closed, then renamed over `name`, so a reader sees the old file or the new one, never
+/// a part, and an exec of the new file never meets `ETXTBSY` (a file open for writing cannot be
+/// run). With `sync`, the data is on disk before the rename and the rename after it (a node's
 /// configuration); without, the page cache is enough (the records, written on every pod start).
-/// On failure the temp file is removed.
+/// A `tmp` that is there already is another writer's (or a killed one's, for the caller to
+/// remove): the call fails with `EEXIST` and leaves it. On failure the temp file this call made
+/// is removed.
 pub fn write_replace(
     dir: &OwnedFd,
     name: &str,
+    tmp: &str,
     bytes: &[u8],
     mode: u32,
     sync: bool,
 ) -> io::Result<()> {
-    let tmp: &str = &format!(".{name}.tmp");
+    // A new file: fails if anything (a symlink included) has the name.
+    let new = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
+    let mut file = std::fs::File::from(openat(dir, tmp, new | SAFE, self::mode(mode))?);
     let result = (|| {
-        unlink(dir, tmp)?;
-        // A new file: fails if anything (a symlink included) has the name.
-        let new = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
-        let mut file = std::fs::File::from(openat(dir, tmp, new | SAFE, self::mode(mode))?);
         io::Write::write_all(&mut file, bytes)?;
         // The umask may have narrowed the mode given at creation.
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
         if sync {
             file.sync_all()?;
         }
+        drop(file);
         renameat(dir, tmp, dir, name)?;
         if sync {
             nix::unistd::fsync(dir)?;
@@ -160,4 +163,57 @@ pub fn write_replace(
         let _ = unlink(dir, tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+    /// The new file is closed before it is renamed into place: an exec of a freshly installed
+    /// plugin never finds it open for writing (`ETXTBSY`). Seen from inotify: the temp file's
+    /// IN_CLOSE_WRITE comes before the IN_MOVED_TO of the name.
+    #[test]
+    fn the_new_file_is_closed_before_it_is_renamed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = open_dir(None, d.path()).unwrap();
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
+        let mask = AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO;
+        inotify.add_watch(d.path(), mask).unwrap();
+        for sync in [false, true] {
+            write_replace(&dir, "plugin", ".plugin.1.tmp", b"#!/bin/sh\n", 0o755, sync).unwrap();
+            let events: Vec<(String, bool)> = inotify
+                .read_events()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let name = e.name.as_ref().unwrap().to_string_lossy().into_owned();
+                    (name, e.mask.contains(AddWatchFlags::IN_MOVED_TO))
+                })
+                .collect();
+            assert_eq!(
+                events,
+                [
+                    (".plugin.1.tmp".to_owned(), false),
+                    ("plugin".to_owned(), true)
+                ],
+                "sync={sync}: want the temp file closed, then renamed"
+            );
+        }
+    }
+
+    /// A temp file that is there is another writer's: the call fails and leaves it whole.
+    #[test]
+    fn never_touches_a_temp_file_it_did_not_make() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = open_dir(None, d.path()).unwrap();
+        std::fs::write(d.path().join(".c.tmp"), "another writer's").unwrap();
+        let e = write_replace(&dir, "c", ".c.tmp", b"mine", 0o644, false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(
+            std::fs::read_to_string(d.path().join(".c.tmp")).unwrap(),
+            "another writer's"
+        );
+        assert!(!d.path().join("c").exists());
+    }
 }

@@ -309,7 +309,15 @@ fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx)
         delegate: list.raw.clone(),
     })?;
     let prev = cfg.prev_result.as_ref();
-    if let Some((plugin, config)) = delegate::exec_plan(&list, cfg, &req.cni_path, prev)? {
+    // A plugin binary gone since the check (or a prevResult the delegate cannot take): nothing
+    // ran, so nothing stays recorded.
+    let plan = delegate::exec_plan(&list, cfg, &req.cni_path, prev).inspect_err(|_| {
+        if let Err(re) = store.remove(&req.container_id, &req.ifname) {
+            ctx.warnings
+                .push(format!("cannot remove the record of a refused ADD: {re}"));
+        }
+    })?;
+    if let Some((plugin, config)) = plan {
         // The exec'd delegate must hold the attachment's lock; if the lock cannot be handed
         // over, the delegate runs as a child instead, with the guard holding it.
         match store.exec_lock() {
@@ -428,4 +436,61 @@ fn warn_loose(report: &Report, ctx: &mut Ctx) {
     let loose = report.warnings.iter().map(|p| p.display());
     ctx.warnings
         .extend(loose.map(|p| format!("{p} is writable by group or others")));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// ADD records before it runs the delegate. A plugin binary that vanished between the
+    /// readiness check and the run refuses the ADD (11) with nothing run: the record goes too,
+    /// or the runtime's DEL would wait for that delegate and fail for it.
+    #[test]
+    fn an_add_refused_after_recording_leaves_no_record() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let conf = json!({"cniVersion":"1.0.0","name":"g","type":"cni-guard",
+            "delegate": d.path().join("00-d.conf"), "cacheDir": cache});
+        let cfg = GuardConfig::parse(conf.to_string().as_bytes()).unwrap();
+        let req = Request {
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+            cni_path: vec![d.path().join("bin")],
+            cni_args: String::new(),
+        };
+        // Exec'd (one plugin at the guard's version), run as a child (another version), and a
+        // conflist whose first plugin is gone.
+        for delegate in [
+            json!({"cniVersion":"1.0.0","name":"d","type":"gone"}),
+            json!({"cniVersion":"0.4.0","name":"d","type":"gone"}),
+            json!({"cniVersion":"1.0.0","name":"d","plugins":[{"type":"gone"},{"type":"gone2"}]}),
+        ] {
+            let name = match delegate.get("plugins") {
+                Some(_) => "00-d.conflist",
+                None => "00-d.conf",
+            };
+            let list = NetworkConfig::from_bytes(
+                &d.path().join(name),
+                delegate.to_string().into_bytes(),
+                config::GUARD_TYPE,
+            )
+            .unwrap();
+            let Err(e) = run_add(&req, &cfg, list, &mut Ctx::default()) else {
+                panic!("{delegate}: the ADD ran");
+            };
+            assert_eq!(
+                e.code(Command::Add),
+                code::TRY_AGAIN_LATER,
+                "{delegate}: {e}"
+            );
+            let store = Store::open_existing(&cache, "g", cfg.lock_wait)
+                .unwrap()
+                .unwrap();
+            assert!(
+                store.list().unwrap().is_empty(),
+                "{delegate}: a record stays"
+            );
+        }
+    }
 }

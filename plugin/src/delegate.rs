@@ -173,11 +173,16 @@ pub fn add(
 ) -> std::result::Result<Value, (Error, bool)> {
     let mut prev = prev_result(list, guard).map_err(|e| (e, true))?;
     for (i, plugin) in list.plugins.iter().enumerate() {
-        let step = find(plugin, cni_path).and_then(|binary| {
-            let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-            let out = deadline.run(&binary, Command::Add, &conf, deadline.forward())?;
-            parse_result(&out, &binary, &list.cni_version)
-        });
+        // A plugin whose binary is not found never ran: the rollback leaves it out.
+        let (ran, step) = match find(plugin, cni_path) {
+            Err(e) => (i, Err(e)),
+            Ok(binary) => (i + 1, {
+                let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
+                deadline
+                    .run(&binary, Command::Add, &conf, deadline.forward())
+                    .and_then(|out| parse_result(&out, &binary, &list.cni_version))
+            }),
+        };
         match step {
             Ok(result) => prev = Some(result),
             Err(e) => {
@@ -186,7 +191,7 @@ pub fn add(
                 let prev = prev.filter(|_| list.version().has_cached_result());
                 let mut each = Each::new(Command::Del, prev.as_ref());
                 each.keep_going = true;
-                let errors = each.run(list, &list.plugins[..=i], guard, cni_path, deadline);
+                let errors = each.run(list, &list.plugins[..ran], guard, cni_path, deadline);
                 return Err((e, errors.is_empty()));
             }
         }

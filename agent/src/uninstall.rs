@@ -4,6 +4,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::daemon::{signal_name, wait_readable, TermSignals};
 use crate::files::remove_durably;
@@ -11,11 +12,16 @@ use crate::spec::{DEFAULT_CONF_NAME, PLUGIN_TYPE};
 use crate::Flags;
 use cni_guard::error::{Error, Kind, Result};
 
+/// Between the conflist's removal and the binary's: the runtime reloads its CNI configuration a
+/// few milliseconds after a change in the conf dir (containerd: 1-5 ms), and a CNI call that had
+/// read the old configuration just before runs the binary right after.
+const SETTLE: Duration = Duration::from_secs(2);
+
 const HELP: &str = "\
 Usage: cni-guard-agent uninstall --bin-dir DIR --conf-dir DIR [options]
 
-Removes the guard's conflist, then DIR/cni-guard (in that order, so containerd never uses a
-conflist whose plugin binary is gone). Files already gone are fine. Stop `cni-guard-agent keep`
+Removes the guard's conflist, then, 2 s later, DIR/cni-guard (in that order and with that pause,
+so the runtime never uses a conflist whose plugin binary is gone). Files already gone are fine. Stop `cni-guard-agent keep`
 first, or it puts the conflist back. Once the conflist is gone, containerd uses the next
 config in the conf dir (the delegate, e.g. 00-multus.conf) directly.
 
@@ -64,6 +70,13 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     for (dir, name) in [(&conf_dir, conf_name.as_str()), (&bin_dir, PLUGIN_TYPE)] {
         let path = dir.join(name);
         match remove_durably(dir, name) {
+            Ok(true) if name != PLUGIN_TYPE => {
+                println!("removed {}", path.display());
+                // The runtime reloads its configuration a few milliseconds after the removal; a
+                // pod start that had already read the guard's conflist runs the binary after it.
+                println!("waiting {} s before removing the binary", SETTLE.as_secs());
+                std::thread::sleep(SETTLE);
+            }
             Ok(true) => println!("removed {}", path.display()),
             Ok(false) => println!("absent {}", path.display()),
             Err(e) => {

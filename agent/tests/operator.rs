@@ -438,8 +438,29 @@ mod uninstall {
         let node = Node::new();
         fs::write(node.conf.join("00-multus.conf"), "{}").unwrap();
         assert!(node.install(&[]).status.success());
+        // The binary stays a while after the conflist is gone: a CNI call that read the
+        // conflist just before the runtime's reload still finds it.
+        let watch = {
+            let (conf, bin) = (node.conflist(), node.binary());
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                while conf.exists() && start.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let gone = Instant::now();
+                while bin.exists() && start.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                gone.elapsed()
+            })
+        };
         let out = uninstall(&node);
         assert!(out.status.success(), "{}", text(&out.stderr));
+        let kept = watch.join().unwrap();
+        assert!(
+            kept >= Duration::from_millis(1500),
+            "the binary went {kept:?} after the conflist"
+        );
         let stdout = text(&out.stdout);
         let conf_line = format!("removed {}", node.conflist().display());
         let bin_line = format!("removed {}", node.binary().display());

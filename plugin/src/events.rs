@@ -67,11 +67,13 @@ pub fn append(cache_dir: &Path, event: &Event) -> bool {
 }
 
 /// The events file, if there is one that is ours (keep creates it as the guard's user), a
-/// regular file, and under the bound.
+/// regular file, and under the bound, in a cache dir the records would trust.
 fn open(cache_dir: &Path) -> Option<OwnedFd> {
     // The cache dir by its path, as the records are kept (its ancestors may be symlinks: a
-    // node's /var/lib on a data disk), itself and the file never through one.
+    // node's /var/lib on a data disk), itself and the file never through one, each checked as
+    // the records check theirs.
     let dir = at::open_dir(None, cache_dir.as_os_str()).ok()?;
+    sys::trust(&dir, Expect::Dir).ok()?;
     let file = at::open_append(&dir, OsStr::new(FILE)).ok()?;
     sys::trust(&file, Expect::File).ok()?;
     let size = nix::sys::stat::fstat(&file).ok()?.st_size as u64;
@@ -143,6 +145,31 @@ mod tests {
         std::fs::create_dir(d.path().join(FILE)).unwrap();
         assert!(!append(d.path(), &e));
         assert!(!append(&d.path().join("missing"), &e));
+    }
+
+    /// The cache dir is checked as the records check it: in one that others can write, where
+    /// the records refuse to be kept, nothing is appended either.
+    #[test]
+    fn appends_nothing_in_a_cache_dir_others_can_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::write(cache.join(FILE), "").unwrap();
+        let e = Event {
+            verb: Some(Command::Add),
+            decision: "exec",
+            reason: "-",
+            waited: None,
+        };
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(append(&cache, &e));
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!append(&cache, &e));
+        assert_eq!(
+            std::fs::read_to_string(cache.join(FILE)).unwrap(),
+            "add exec -\n"
+        );
     }
 
     #[test]

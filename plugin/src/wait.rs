@@ -134,6 +134,43 @@ mod tests {
         );
     }
 
+    /// A folder flooded with changes (several writers that never pause) does not hold the wait
+    /// past its deadline: each drain of the events is bounded.
+    #[test]
+    fn a_flood_of_changes_does_not_hold_the_wait() {
+        let (d, cfg, path) = setup(0.3);
+        let dir = d.path().join("net.d");
+        std::fs::create_dir(&dir).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flood: Vec<_> = (0..4)
+            .map(|t| {
+                let (dir, stop) = (dir.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let p = dir.join(format!("other-{t}"));
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::fs::write(&p, b"{}").unwrap();
+                        std::fs::remove_file(&p).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let (done, took) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let start = Instant::now();
+            let r = until_ready(&cfg, &path, cfg.wait);
+            let _ = done.send(start.elapsed());
+            r
+        });
+        let took = took.recv_timeout(Duration::from_secs(10));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for f in flood {
+            f.join().unwrap();
+        }
+        let took = took.expect("the wait did not end within 10 s of a 0.3 s deadline");
+        assert!(!waiter.join().unwrap().ready());
+        assert!(took < Duration::from_secs(3), "waited {took:?} of 0.3 s");
+    }
+
     #[test]
     fn wakes_when_the_file_is_renamed_into_a_directory_created_later() {
         let (d, cfg, path) = setup(30.0);

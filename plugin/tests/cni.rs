@@ -1384,6 +1384,43 @@ mod status_and_gc {
         assert_eq!(files, ["keep1:eth0.json"]);
     }
 
+    /// A `cacheDir` written with a trailing `/` is the same folder: ADD records there, GC sweeps
+    /// there, DEL tears down from there, and a file there that is no record is left alone.
+    #[test]
+    fn a_cache_dir_with_a_trailing_slash_is_the_same_folder() {
+        let fx = Fx::new();
+        fx.plugin("bridge");
+        fx.delegate("bridge", "1.1.0");
+        fx.answer("bridge", "ADD", &result("1.1.0", "10.1.0.2/24"), 0);
+        let slash = format!("{}/", fx.cache().display());
+        let conf = fx.guard("1.1.0", json!({"cacheDir": slash}));
+        for id in ["keep1", "gone2"] {
+            fx.run_env("ADD", &conf, &[("CNI_CONTAINERID", Some(id))])
+                .ok();
+        }
+        std::fs::write(fx.cache().join("guarded/notes.json"), "{}").unwrap();
+        let mut gc = conf.clone();
+        gc["cni.dev/valid-attachments"] = json!([{"containerID":"keep1","ifname":"eth0"}]);
+        let none = [
+            ("CNI_CONTAINERID", None),
+            ("CNI_IFNAME", None),
+            ("CNI_NETNS", None),
+        ];
+        fx.run_env("GC", &gc, &none).ok();
+        fx.run_env("DEL", &conf, &[("CNI_CONTAINERID", Some("keep1"))])
+            .ok();
+        let files: Vec<String> = fx
+            .cache_files()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(files, ["notes.json"]);
+        assert_eq!(
+            fx.calls(),
+            ["bridge ADD", "bridge ADD", "bridge GC", "bridge DEL"]
+        );
+    }
+
     /// A runtime that sends no attachment list tells the delegate nothing: neither key is
     /// invented (an empty list would tell it that nothing is valid), and no record is removed.
     #[test]

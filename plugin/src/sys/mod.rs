@@ -221,6 +221,9 @@ pub fn trust(fd: impl AsFd, expect: Expect) -> Result<(), String> {
     }
 }
 
+/// The most reads of one drain of an inotify instance (each takes what fits in nix's buffer).
+pub const DRAIN_READS: usize = 16;
+
 /// An inotify instance watching directories: the guard's wait for a missing file.
 pub struct Inotify(nix::sys::inotify::Inotify);
 
@@ -250,19 +253,22 @@ impl Inotify {
         Ok(())
     }
 
-    /// Waits up to `timeout` for events and drains them. Returns whether any arrived.
+    /// Waits up to `timeout` for events and drains what is there, at most [`DRAIN_READS`]
+    /// reads: a folder whose changes never stop cannot hold the caller here (what is left wakes
+    /// its next wait at once). Returns whether any arrived.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         if !poll_readable(&[self.0.as_fd()], Some(timeout))?[0] {
             return Ok(false);
         }
-        loop {
+        for _ in 0..DRAIN_READS {
             match self.0.read_events() {
                 Ok(_) => {}
-                Err(Errno::EAGAIN) => return Ok(true),
+                Err(Errno::EAGAIN) => break,
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
+        Ok(true)
     }
 }
 

@@ -49,9 +49,10 @@ fn main() -> ExitCode {
             lock,
         } => {
             let e = invoke::exec(&plugin, &config);
-            // The exec failed: the guard is the holder again, and lets go when it exits. (The
-            // invocation was counted as an exec: `invoke::can_exec` sent to the child path what
-            // it could tell would fail.) 999, the code of a failure on every verb.
+            // The exec failed: the guard holds the lock again, and lets go of it now, before it
+            // answers (the record stays for the runtime's DEL). (The invocation was counted as
+            // an exec: `invoke::can_exec` sent to the child path what it could tell would fail.)
+            // 999, the code of a failure on every verb.
             drop(lock);
             log::emit(Level::Warning, &format!("exec failed: {e}"));
             (e.to_json(Command::Add, cni::reply_version()), 1)

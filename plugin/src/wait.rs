@@ -18,8 +18,9 @@ const FALLBACK_STEP: Duration = Duration::from_millis(50);
 const SOCKET_POLL_FIRST: Duration = Duration::from_millis(10);
 const SOCKET_POLL_MAX: Duration = Duration::from_millis(200);
 
-/// Checks readiness, waiting up to `wait` for it (ADD's `cfg.wait`, DEL's `cfg.del_wait`, cut
-/// to what the verb's deadline leaves). Returns the last report.
+/// Checks readiness, waiting up to `wait` for it (ADD's `cfg.wait`, DEL's `cfg.del_wait`, or
+/// what is left of DEL's budget when it waits to run a DEL again): the caller bounds the wait,
+/// nothing here cuts it. Returns the last report.
 pub fn until_ready(cfg: &GuardConfig, cni_path: &[PathBuf], wait: Duration) -> Report {
     let mut report = readiness::check(cfg, cni_path);
     if done(&report) || wait.is_zero() {

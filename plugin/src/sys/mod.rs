@@ -1,7 +1,10 @@
-//! The system calls the crate makes, each wrapped once. Nearly all go through `nix`; the few
-//! `unsafe` blocks left (a `pre_exec` hook, `pidfd_open`, `_exit` in a forked child) live here,
-//! each with a `// SAFETY:` note, so the rest of the crate is `#![deny(unsafe_code)]`. `at.rs`
-//! holds the directory-relative calls.
+//! The system calls that std has no call for (or not the one needed), each wrapped once, nearly
+//! all through `nix`; the few `unsafe` blocks left (a `pre_exec` hook, `pidfd_open`, `_exit` in
+//! a forked child) live here, each with a `// SAFETY:` note, so the rest of the crate is
+//! `#![deny(unsafe_code)]`. `at.rs` holds the directory-relative calls. The rest of the crate
+//! makes std's own calls where it needs them (`netconf` opens and reads configuration files,
+//! `invoke` spawns and execs plugins, `records` reads a record, `log` sends to syslog) and two of
+//! `nix`'s safe ones (`events`: one `write` and an `fstat`; `invoke`: `getpgrp` in a test).
 
 #![allow(unsafe_code)]
 

@@ -103,7 +103,9 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
         let wait = left.saturating_sub(cfg.delegate_timeout / 4);
         let back = !wait.is_zero() && wait_ready(req, run_cfg, wait, ctx).ready();
         if !back {
-            ctx.notes.push(("reran", (reruns - 1).to_string()));
+            if reruns > 1 {
+                ctx.notes.push(("reran", (reruns - 1).to_string()));
+            }
             ctx.reason = Some("delegate-went-away");
             let msg = format!(
                 "cni-guard: delegate {} went away while its DEL ran ({what}) and was not back \

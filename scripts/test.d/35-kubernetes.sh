@@ -9,7 +9,8 @@
 # (the pod comes up without net1) and autoconfig.sh (the guard there with Multus's auto-config:
 # refused naming it); then, layout by layout, the incident under churn (churn.sh: five
 # incident-summary lines) and node reboots (reboot.sh, issue 28: six reboot-summary lines, /etc/cni
-# on disk and as Talos 1.14's tmpfs); then down, and nothing left behind (processes, network
+# on disk and as Talos 1.14's tmpfs), and a DEL cut off by Multus's shutdown (del-during-shutdown.sh:
+# two del-during-shutdown-summary lines, without and with the guard); then down, and nothing left behind (processes, network
 # namespace, mounts, cgroups, files, entries in /var/lib/cni/results, the kernel settings kubelet
 # changes). Each stage's time is printed at the end.
 #
@@ -280,14 +281,42 @@ reboot_run() { # LAYOUT GUARD ETC_CNI [GUARD_DELAY]
   stage_done "reboot.sh $*"
 }
 
+# A DEL inside Multus's daemon when the daemon is SIGTERMed (conformance/k8s/del-during-shutdown.sh):
+# multus-shim answers success for a DEL its daemon never finished. Without the guard the net1
+# leases leak (leaked > 0); with it every such DEL is run again once Multus is back (retried >=
+# dels) and nothing leaks.
+del_summaries=()
+del_shutdown_run() { # GUARD
+  local line dels leaked retried
+  line=$(conformance/k8s/del-during-shutdown.sh "$1")
+  echo "$line"
+  del_summaries+=("$line")
+  dels=$(num "$line" dels)
+  leaked=$(num "$line" leaked)
+  retried=$(num "$line" retried)
+  [ "$dels" -gt 0 ] || { echo "35-kubernetes: FAIL: del-during-shutdown $1: no DEL was inside the daemon: $line" >&2; exit 1; }
+  case "$1" in
+    on) if [ "$leaked" -ne 0 ] || [ "$retried" -lt "$dels" ]; then
+          echo "35-kubernetes: FAIL: del-during-shutdown on: want leaked=0 and every DEL run again (retried >= dels): $line" >&2
+          exit 1
+        fi ;;
+    off) [ "$leaked" -gt 0 ] ||
+          { echo "35-kubernetes: FAIL: del-during-shutdown off: the cut-off DELs leaked nothing (want leaked > 0): the reproduction reproduced nothing: $line" >&2; exit 1; } ;;
+  esac
+  stage_done "del-during-shutdown.sh $1"
+}
+
 # The seed's layout first, on the node the scenarios above leave (the guard at the manifest's
 # wait), then per-pod awareness and no guard on that same node (node_in_layout changes the guard
 # as an operator would); then the layout before the fix.
+del_shutdown_run on
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run seed-fix on; fi
 reboot_run seed-fix on disk
 reboot_run seed-fix on tmpfs
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run seed-fix perpod; fi
 if [ "${CNI_GUARD_K8S_CHURN:-1}" = 1 ] || [ "${CI:-}" = true ]; then churn_run seed-fix off; fi
+del_shutdown_run off
+printf '%s\n' "${del_summaries[@]}" >"${CNI_GUARD_K8S_DEL_SUMMARY:-/tmp/cni-guard-del-during-shutdown-summary.txt}"
 reboot_run seed-fix off disk
 scripts/cluster.sh down
 echo "35-kubernetes: the seed's layout passed in $((SECONDS - start))s"

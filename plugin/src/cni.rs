@@ -299,6 +299,10 @@ pub(crate) fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> Gua
 /// Records `list` for the attachment, then runs its ADD: by exec when it is one plugin at the
 /// guard's version that can be exec'd ([`delegate::exec_plan`]), else as children.
 fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx) -> Result<Done> {
+    // Planned before anything is recorded: a plugin binary gone since the check (or a prevResult
+    // the delegate cannot take) refuses the ADD with nothing recorded, as nothing ran.
+    let prev = cfg.prev_result.as_ref();
+    let plan = delegate::exec_plan(&list, cfg, &req.cni_path, prev)?;
     let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;
     store.write(&Record {
         container_id: req.container_id.clone(),
@@ -307,15 +311,6 @@ fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx)
         cni_version: cfg.cni_version.clone(),
         delegate_path: list.path.clone(),
         delegate: list.raw.clone(),
-    })?;
-    let prev = cfg.prev_result.as_ref();
-    // A plugin binary gone since the check (or a prevResult the delegate cannot take): nothing
-    // ran, so nothing stays recorded.
-    let plan = delegate::exec_plan(&list, cfg, &req.cni_path, prev).inspect_err(|_| {
-        if let Err(re) = store.remove(&req.container_id, &req.ifname) {
-            ctx.warnings
-                .push(format!("cannot remove the record of a refused ADD: {re}"));
-        }
     })?;
     if let Some((plugin, config)) = plan {
         // The exec'd delegate must hold the attachment's lock; if the lock cannot be handed
@@ -395,14 +390,7 @@ fn gc(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Done> {
                 ));
             }
             if let Some(valid) = &cfg.valid_attachments {
-                let (failed, busy) = store.keep_only(valid);
-                errors.extend(failed);
-                if busy > 0 {
-                    ctx.warnings.push(format!(
-                        "left {busy} record(s) outside the valid attachments alone: their \
-                         attachments are in use (an ADD or DEL of them under way)"
-                    ));
-                }
+                errors.extend(store.keep_only(valid));
             }
         }
         Ok(None) => {}
@@ -484,13 +472,9 @@ mod tests {
                 code::TRY_AGAIN_LATER,
                 "{delegate}: {e}"
             );
-            let store = Store::open_existing(&cache, "g", cfg.lock_wait)
-                .unwrap()
-                .unwrap();
-            assert!(
-                store.list().unwrap().is_empty(),
-                "{delegate}: a record stays"
-            );
+            let store = Store::open_existing(&cache, "g", cfg.lock_wait).unwrap();
+            let records = store.map(|s| s.list().unwrap()).unwrap_or_default();
+            assert!(records.is_empty(), "{delegate}: a record stays");
         }
     }
 }

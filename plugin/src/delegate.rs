@@ -173,21 +173,19 @@ pub fn add(
 ) -> std::result::Result<Value, (Error, bool)> {
     let mut prev = prev_result(list, guard).map_err(|e| (e, true))?;
     for (i, plugin) in list.plugins.iter().enumerate() {
-        // A plugin whose binary is not found never ran: the rollback leaves it out.
-        let (ran, step) = match find(plugin, cni_path) {
-            Err(e) => (i, Err(e)),
-            Ok(binary) => (i + 1, {
-                let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
-                deadline
-                    .run(&binary, Command::Add, &conf, deadline.forward())
-                    .and_then(|out| parse_result(&out, &binary, &list.cni_version))
-            }),
-        };
+        let step = find(plugin, cni_path).and_then(|binary| {
+            let conf = build_config(plugin, list, guard, prev.as_ref(), &[]);
+            let out = deadline.run(&binary, Command::Add, &conf, deadline.forward())?;
+            parse_result(&out, &binary, &list.cni_version)
+        });
         match step {
             Ok(result) => prev = Some(result),
             Err(e) => {
                 // As the list's own DEL: no prevResult for versions whose DEL has none; each
                 // plugin run so far, the failing one included, with its share of what is left.
+                // A plugin whose binary was not found (the one failure here that is NotReady)
+                // never ran, and is left out.
+                let ran = i + usize::from(*e.kind() != Kind::NotReady);
                 let prev = prev.filter(|_| list.version().has_cached_result());
                 let mut each = Each::new(Command::Del, prev.as_ref());
                 each.keep_going = true;

@@ -1,6 +1,7 @@
 //! DEL: tearing an attachment down, in plain steps, with what was recorded at its ADD.
 
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::cni::{primary_config, wait_ready, Ctx, Done};
@@ -11,7 +12,7 @@ use crate::netconf::NetworkConfig;
 use crate::readiness;
 use crate::records::Store;
 use crate::request::Request;
-use crate::sys::{self, FileId};
+use crate::sys;
 use crate::version::convert_result;
 
 /// DEL, in plain steps: lock the attachment and read its record; choose what tears it down;
@@ -69,66 +70,11 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
             }
         }
     };
-    // 4. Run every list under one deadline, each in turn whatever the one before did; while a
-    // delegate went away during its run, wait for it and run them all again, within the budget.
-    let runs: Vec<_> = runs
-        .into_iter()
-        .map(|(list, run_cfg)| {
-            let run_cfg = del_config(&run_cfg, &list, ctx);
-            (list, run_cfg)
-        })
-        .collect();
-    let mut deadline = Deadline::start(cfg);
-    let mut reruns = 0;
-    let result = loop {
-        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c)).collect();
-        let ran = run_all(req, &runs, &deadline);
-        let went = runs.iter().zip(&seen).find_map(|((list, run_cfg), seen)| {
-            let what = seen.as_ref()?.went_away()?;
-            Some((list, run_cfg, what))
-        });
-        let Some((list, run_cfg, what)) = went else {
-            break ran;
-        };
-        reruns += 1;
-        ctx.warnings.push(format!(
-            "DEL of {}/{}: delegate {} went away while its DEL ran ({what}): that run's result \
-             is not trusted; waiting for it to come back to run the DEL again",
-            req.container_id,
-            req.ifname,
-            list.path.display()
-        ));
-        // The run again gets at least a quarter of delegateTimeoutSeconds.
-        let left = end.saturating_duration_since(Instant::now());
-        let wait = left.saturating_sub(cfg.delegate_timeout / 4);
-        let back = !wait.is_zero() && wait_ready(req, run_cfg, wait, ctx).ready();
-        if !back {
-            if reruns > 1 {
-                ctx.notes.push(("reran", (reruns - 1).to_string()));
-            }
-            ctx.reason = Some("delegate-went-away");
-            let msg = format!(
-                "cni-guard: delegate {} went away while its DEL ran ({what}) and was not back \
-                 within the DEL's budget: not torn down for sure, the record stays",
-                list.path.display()
-            );
-            let why = "lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds bound a DEL; \
-                       the runtime retries it";
-            return Err(Error::new(Kind::NotReady, msg).with_details(why));
-        }
-        deadline = Deadline::until(end);
-    };
-    if reruns > 0 {
-        ctx.notes.push(("reran", reruns.to_string()));
-    }
-    if runs
-        .iter()
-        .any(|(_, run_cfg)| run_cfg.delegate != cfg.delegate)
-    {
+    // 4. Run every list under the verb's budget; 5. remove the record.
+    run_trusted(req, cfg, &runs, end, ctx)?;
+    if runs.iter().any(|(_, c)| c.delegate != cfg.delegate) {
         ctx.notes.push(("perpod", "primary".to_owned()));
     }
-    result?;
-    // 5. Remove the record.
     if let Some(Err(e)) = store.map(|mut s| s.remove(&req.container_id, &req.ifname)) {
         ctx.warnings
             .push(format!("torn down, but the record stays: {e}"));
@@ -136,70 +82,98 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
     Ok(Done::Empty(decision))
 }
 
-/// Runs every list's DEL under `deadline`, each in turn whatever the one before did; the first
-/// failure is the result.
-fn run_all(
+/// Runs every list's DEL in turn, whatever the one before did, under one deadline; while a
+/// delegate went away during its run ([`Seen`]), waits for it and runs them all again, until
+/// `end` (the verb's budget), the run again with at least a quarter of `delegateTimeoutSeconds`.
+/// Past it: 11, for the runtime to retry with the record kept.
+fn run_trusted(
     req: &Request,
+    cfg: &GuardConfig,
     runs: &[(NetworkConfig, GuardConfig)],
-    deadline: &Deadline,
+    end: Instant,
+    ctx: &mut Ctx,
 ) -> Result<()> {
-    let mut after: usize = runs.iter().map(|(l, _)| l.plugins.len()).sum();
-    let mut result = Ok(());
-    for (list, run_cfg) in runs {
-        after -= list.plugins.len();
-        let ran = delegate::del(list, run_cfg, &req.cni_path, deadline, after);
-        result = result.and(ran);
+    let (mut deadline, mut reruns) = (Deadline::start(cfg), 0);
+    loop {
+        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c)).collect();
+        let (mut after, mut result) = (runs.iter().map(|(l, _)| l.plugins.len()).sum(), Ok(()));
+        for (list, run_cfg) in runs {
+            after -= list.plugins.len();
+            let run_cfg = del_config(run_cfg, list, ctx);
+            let ran = delegate::del(list, &run_cfg, &req.cni_path, &deadline, after);
+            result = result.and(ran);
+        }
+        let went = runs
+            .iter()
+            .zip(&seen)
+            .find_map(|((l, c), seen)| Some((l.path.display(), c, seen.as_ref()?.went_away()?)));
+        let Some((path, run_cfg, what)) = went else {
+            if reruns > 0 {
+                ctx.notes.push(("reran", reruns.to_string()));
+            }
+            return result;
+        };
+        let gone = format!("delegate {path} went away while its DEL ran ({what})");
+        let (id, ifname) = (&req.container_id, &req.ifname);
+        ctx.warnings.push(format!("DEL of {id}/{ifname}: {gone}: that run's result is not trusted; waiting for it to come back to run the DEL again"));
+        let wait = end.saturating_duration_since(Instant::now() + cfg.delegate_timeout / 4);
+        if wait.is_zero() || !wait_ready(req, run_cfg, wait, ctx).ready() {
+            ctx.reason = Some("delegate-went-away");
+            let msg = format!("cni-guard: {gone} and was not back within the DEL's budget: not torn down for sure, the record stays");
+            let why = "lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds bound a DEL; the runtime retries it";
+            return Err(Error::new(Kind::NotReady, msg).with_details(why));
+        }
+        (deadline, reruns) = (Deadline::until(end), reruns + 1);
     }
-    result
 }
 
 /// What a DEL through the delegate a configuration fronts depends on, as it was when the run
-/// started: the delegate's file, and each socket with whether it accepted connections. A
+/// started: the delegate's file, then each socket with whether it accepted connections. A
 /// delegate that is the client of a daemon can report success for a DEL the daemon never
 /// finished: multus-shim does so when its daemon stops while the DEL is inside it (the daemon
 /// removes its file and exits without finishing the requests under way). So a run is trusted
-/// only when what it depended on is still there, the same, at its end.
-struct Seen {
-    file: (PathBuf, Option<FileId>),
-    sockets: Vec<(PathBuf, Option<FileId>, bool)>,
+/// only when what it depended on is still there, the same, at its end. Watched for the
+/// delegate a configuration names (the guard's, or the per-pod primary), not for a record of a
+/// file since replaced, which no configuration names. A file is known by its device, inode and
+/// change time: a removal, a rename over it and a write in place each change them.
+struct Seen(Vec<(PathBuf, Option<FileId>, bool)>);
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(p: &Path) -> Option<FileId> {
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 impl Seen {
-    /// Watched for the delegate a configuration names (the guard's delegate, or the per-pod
-    /// primary); not for a record of a file since replaced, which no configuration names.
     fn now(list: &NetworkConfig, run_cfg: &GuardConfig) -> Option<Seen> {
-        if list.path != run_cfg.delegate {
-            return None;
-        }
-        let socket = |p: &PathBuf| {
-            let accepts = sys::unix_socket_accepts(p).is_ok();
-            (p.clone(), sys::file_id(p), accepts)
-        };
-        Some(Seen {
-            file: (list.path.clone(), sys::file_id(&list.path)),
-            sockets: run_cfg.sockets.iter().map(socket).collect(),
-        })
+        let sockets = run_cfg.sockets.iter().map(|p| (p, true));
+        let seen = std::iter::once((&list.path, false))
+            .chain(sockets)
+            .map(|(p, socket)| {
+                let accepts = socket && sys::unix_socket_accepts(p).is_ok();
+                (p.clone(), file_id(p), accepts)
+            });
+        (list.path == run_cfg.delegate).then(|| Seen(seen.collect()))
     }
 
     /// What went away since (`its file was removed`); `None` when nothing did. What was not
     /// there at the start (a DEL run after the wait with the delegate still away) is not judged.
     fn went_away(&self) -> Option<String> {
-        let (_, file) = &self.file;
-        let changed = |was: &Option<FileId>, path: &PathBuf| match (was, sys::file_id(path)) {
-            (None, _) => None,
-            (Some(_), None) => Some("removed"),
-            (Some(a), Some(b)) => (*a != b).then_some("replaced"),
-        };
-        if let Some(how) = changed(file, &self.file.0) {
-            return Some(format!("its file was {how}"));
+        for (i, (path, was, accepted)) in self.0.iter().enumerate() {
+            let refuses = || *accepted && sys::unix_socket_accepts(path).is_err();
+            let how = match (was, file_id(path)) {
+                (None, _) => continue,
+                (Some(_), None) => "removed",
+                (Some(a), Some(b)) if *a != b => "replaced",
+                _ if refuses() => "no longer accepting connections",
+                _ => continue,
+            };
+            return Some(match i {
+                0 => format!("its file was {how}"),
+                _ => format!("socket {} {how}", path.display()),
+            });
         }
-        self.sockets.iter().find_map(|(path, was, accepted)| {
-            let how = changed(was, path).or_else(|| {
-                let refuses = *accepted && sys::unix_socket_accepts(path).is_err();
-                refuses.then_some("no longer accepting connections")
-            })?;
-            Some(format!("socket {} {how}", path.display()))
-        })
+        None
     }
 }
 
@@ -229,9 +203,9 @@ fn ready_now(req: &Request, cfg: &GuardConfig, why: &str, ctx: &mut Ctx) -> Opti
         (None, Some(list)) => Some(list),
         (refusal, _) => {
             let detail = refusal.map_or_else(|| "no delegate".to_owned(), |e| e.msg().to_owned());
+            let (id, ifname) = (&req.container_id, &req.ifname);
             ctx.warnings.push(format!(
-                "DEL of {}/{}: no record, and {why} ({detail}): its DEL is not run",
-                req.container_id, req.ifname
+                "DEL of {id}/{ifname}: no record, and {why} ({detail}): its DEL is not run"
             ));
             None
         }
@@ -266,12 +240,7 @@ fn await_recorded_delegate(req: &Request, cfg: &GuardConfig, list: &NetworkConfi
     let report = wait_ready(req, cfg, cfg.del_wait, ctx);
     if let Some(why) = report.error() {
         ctx.notes.push(("delegate", "not-ready".to_owned()));
-        ctx.warnings.push(format!(
-            "DEL of {}/{}: the delegate is still not ready after the wait ({}): its recorded DEL \
-             runs anyway, and a delegate that needs its daemon may tear nothing down",
-            req.container_id,
-            req.ifname,
-            why.msg()
-        ));
+        let (id, ifname, why) = (&req.container_id, &req.ifname, why.msg());
+        ctx.warnings.push(format!("DEL of {id}/{ifname}: the delegate is still not ready after the wait ({why}): its recorded DEL runs anyway, and a delegate that needs its daemon may tear nothing down"));
     }
 }

@@ -173,18 +173,6 @@ pub fn unix_socket_accepts(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Which file a path names now, as of its last change (device, inode, ctime): `None` when
-/// nothing is there. Equal ids name the same file, unchanged: a removal, a rename over it and
-/// a write in place each give another id (a new file that reuses the inode has a new ctime).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId(u64, u64, i64, i64);
-
-pub fn file_id(path: &Path) -> Option<FileId> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some(FileId(m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
-}
-
 pub fn geteuid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
@@ -224,9 +212,6 @@ pub fn trust(fd: impl AsFd, expect: Expect) -> Result<(), String> {
     }
 }
 
-/// The most reads of one drain of an inotify instance (each takes what fits in nix's buffer).
-pub const DRAIN_READS: usize = 16;
-
 /// An inotify instance watching directories: the guard's wait for a missing file.
 pub struct Inotify(nix::sys::inotify::Inotify);
 
@@ -256,14 +241,14 @@ impl Inotify {
         Ok(())
     }
 
-    /// Waits up to `timeout` for events and drains what is there, at most [`DRAIN_READS`]
-    /// reads: a folder whose changes never stop cannot hold the caller here (what is left wakes
-    /// its next wait at once). Returns whether any arrived.
+    /// Waits up to `timeout` for events and drains what is there, at most 16 reads (each takes
+    /// what fits in nix's buffer): a folder whose changes never stop cannot hold the caller here
+    /// (what is left wakes its next wait at once). Returns whether any arrived.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         if !poll_readable(&[self.0.as_fd()], Some(timeout))?[0] {
             return Ok(false);
         }
-        for _ in 0..DRAIN_READS {
+        for _ in 0..16 {
             match self.0.read_events() {
                 Ok(_) => {}
                 Err(Errno::EAGAIN) => break,

@@ -777,10 +777,16 @@ if deps("cni-guard") != ["cilium", "multus"] or deps("multus") != ["cilium"]:
     fail(f"order: cni-guard depends on {deps('cni-guard')}, multus on {deps('multus')}")
 if not (ks["multus"].get("wait") and ks["cilium"].get("wait")):
     fail("the multus and cilium Kustomizations must wait for their objects to be Ready")
-hr, src = docs["HelmRelease"], docs["OCIRepository"]
-if hr["spec"]["chartRef"] != {"kind": "OCIRepository", "name": src["metadata"]["name"]} or \
-        src["metadata"]["namespace"] != hr["metadata"]["namespace"]:
-    fail("the HelmRelease does not use the OCIRepository beside it")
+if "OCIRepository" in docs:
+    fail("an OCIRepository: no chart is published, the example takes the chart from Git")
+hr, src = docs["HelmRelease"], docs["GitRepository"]
+chart = hr["spec"]["chart"]["spec"]
+if chart["sourceRef"] != {"kind": "GitRepository", "name": src["metadata"]["name"]} or \
+        src["metadata"]["namespace"] != hr["metadata"]["namespace"] or \
+        chart["chart"] != "./deploy/helm/cni-guard" or chart.get("reconcileStrategy") != "Revision":
+    fail(f"the HelmRelease does not take ./deploy/helm/cni-guard from the GitRepository beside it: {chart}")
+if set(src["spec"]["ref"]) != {"commit"}:
+    fail(f"the GitRepository is not pinned to a commit: {src['spec']['ref']}")
 for action in ("install", "upgrade"):
     if hr["spec"][action]["strategy"]["name"] != "RetryOnFailure" or "remediation" in hr["spec"][action]:
         fail(f"{action}: strategy {hr['spec'][action]}, want RetryOnFailure (no uninstall between attempts)")
@@ -789,12 +795,26 @@ if docs["Namespace"]["metadata"]["labels"].get("pod-security.kubernetes.io/enfor
 yaml.safe_dump(hr["spec"]["values"], open(f"{work}/flux-values.yaml", "w"))
 print("deploy/flux: cilium, then multus (both waited for), then cni-guard; RetryOnFailure for install and upgrade")
 PY
-"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" -f "$WORK/flux-values.yaml" "${IMAGE_SET[@]}" >"$WORK/flux-render.yaml" ||
-  fail "the HelmRelease's values do not render with the chart (above)"
-for kind in DaemonSet PodMonitor PrometheusRule ConfigMap; do
-  grep -q "^kind: $kind$" "$WORK/flux-render.yaml" || fail "the HelmRelease's values render no $kind"
+# As shipped, with nothing added: the values render (REGISTRY is the one thing to replace), and
+# no object that needs the Prometheus Operator's CRDs; turned on as its comment says, they do.
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" -f "$WORK/flux-values.yaml" >"$WORK/flux-render.yaml" ||
+  fail "the HelmRelease's values, as shipped, do not render with the chart (above)"
+grep -q '^kind: DaemonSet$' "$WORK/flux-render.yaml" || fail "the HelmRelease's values render no DaemonSet"
+[ "$(grep -c 'image: "\?REGISTRY/cni-guard:dev"\?$' "$WORK/flux-render.yaml")" = 2 ] ||
+  fail "the HelmRelease's values, as shipped, do not run REGISTRY/cni-guard:dev"
+for kind in PodMonitor PrometheusRule ConfigMap; do
+  ! grep -q "^kind: $kind$" "$WORK/flux-render.yaml" ||
+    fail "the HelmRelease's values render a $kind as shipped: monitoring must be off until the user has the CRDs"
 done
-echo "deploy/flux/cni-guard/helmrelease.yaml: its values pass the schema and render the DaemonSet, PodMonitor, PrometheusRule, dashboard"
+! grep -q 'example.invalid\|runbookBaseUrl' "$WORK/flux-values.yaml" || fail "the HelmRelease sets a placeholder runbook address"
+"$HELM" template cni-guard "$CHART" -n "$NAMESPACE" -f "$WORK/flux-values.yaml" \
+  --set podMonitor.enabled=true --set prometheusRule.enabled=true --set grafanaDashboard.enabled=true \
+  --set podMonitor.labels.release=kube-prometheus-stack --set prometheusRule.labels.release=kube-prometheus-stack \
+  >"$WORK/flux-render-monitoring.yaml" || fail "the HelmRelease's values with monitoring on do not render (above)"
+for kind in PodMonitor PrometheusRule ConfigMap; do
+  grep -q "^kind: $kind$" "$WORK/flux-render-monitoring.yaml" || fail "with monitoring on, the HelmRelease's values render no $kind"
+done
+echo "deploy/flux/cni-guard/helmrelease.yaml: as shipped its values pass the schema and render the DaemonSet of REGISTRY/cni-guard:dev and no monitoring object; with monitoring on, the PodMonitor, PrometheusRule and dashboard"
 mkdir -p "$WORK/multus"
 cp deploy/flux/multus/* "$WORK/multus/"
 cat >"$WORK/multus/multus-daemonset-thick.yml" <<'YAML'

@@ -167,15 +167,15 @@ case "$kind" in
       rootfs=$work/rootfs-$arch
       mkdir -p "$rootfs"
       sums=()
-      for name in cni-guard cni-guard-agent; do
-        bin=$CARGO_TARGET_DIR/$target/release/$name
+      for binary in cni-guard cni-guard-agent; do
+        bin=$CARGO_TARGET_DIR/$target/release/$binary
         # Static, or it is no image for a node without glibc (Talos).
         if file "$bin" | grep -q 'dynamically linked'; then
           echo "build-image: $bin is dynamically linked" >&2
           exit 1
         fi
-        cp "$bin" "$rootfs/$name"
-        sums+=("$name sha256:$(sha256sum "$bin" | cut -d' ' -f1)")
+        cp "$bin" "$rootfs/$binary"
+        sums+=("$binary sha256:$(sha256sum "$bin" | cut -d' ' -f1)")
       done
       read -r sum size < <(image "$rootfs" "$arch" '["/cni-guard-agent"]' "$labels")
       echo "build-image: linux/$arch manifest sha256:$sum (${sums[*]})"

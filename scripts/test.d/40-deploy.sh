@@ -272,20 +272,25 @@ second=$( (umask 077; bash scripts/build-image.sh guard "$WORK/guard-2.tar" "$WO
   { echo "40-deploy: FAIL: the guard image of one binary has two digests: $first $second" >&2; exit 1; }
 cmp "$WORK/guard-1.tar" "$WORK/guard-2.tar"
 echo "guard image built twice: $first both times, byte-identical tarballs"
-bash scripts/build-image.sh release "$WORK/release-1.tar" >"$WORK/release-1.log" 2>&1 ||
+# Under the name asked for (REGISTRY/cni-guard:dev in the README), which index.json carries.
+IMAGE_NAME=registry.invalid/team/cni-guard:dev
+bash scripts/build-image.sh release "$WORK/release-1.tar" "$IMAGE_NAME" >"$WORK/release-1.log" 2>&1 ||
   { cat "$WORK/release-1.log" >&2; echo "40-deploy: FAIL: build-image.sh release" >&2; exit 1; }
-(umask 077; bash scripts/build-image.sh release "$WORK/release-2.tar") >"$WORK/release-2.log" 2>&1 ||
+(umask 077; bash scripts/build-image.sh release "$WORK/release-2.tar" "$IMAGE_NAME") >"$WORK/release-2.log" 2>&1 ||
   { cat "$WORK/release-2.log" >&2; echo "40-deploy: FAIL: build-image.sh release (again)" >&2; exit 1; }
 first=$(digest_of <"$WORK/release-1.log")
 second=$(digest_of <"$WORK/release-2.log")
 [ -n "$first" ] && [ "$first" = "$second" ] && cmp -s "$WORK/release-1.tar" "$WORK/release-2.tar" ||
   { echo "40-deploy: FAIL: the release image built twice: $first, then $second" >&2; exit 1; }
 grep -E '^build-image: (linux/|arm64 left out)' "$WORK/release-1.log"
-python3 - "$WORK/release-1.tar" "$AGENT" <<'PY'
+python3 - "$WORK/release-1.tar" "$AGENT" "$IMAGE_NAME" <<'PY'
 import hashlib, json, subprocess, sys, tarfile
 t = tarfile.open(sys.argv[1])
 blob = lambda d: t.extractfile("blobs/sha256/" + d.split(":")[1]).read()
 (top,) = json.load(t.extractfile("index.json"))["manifests"]
+named = top["annotations"]["io.containerd.image.name"]
+if named != sys.argv[3] or top["annotations"]["org.opencontainers.image.ref.name"] != "dev":
+    sys.exit(f"40-deploy: FAIL: the release image is named {named} in index.json, not {sys.argv[3]}")
 index = json.loads(blob(top["digest"]))
 platforms = [m["platform"]["architecture"] for m in index["manifests"]]
 if platforms[0] != "amd64":
@@ -304,6 +309,6 @@ for m in index["manifests"]:
     if config["config"]["Labels"]["org.opencontainers.image.version"] != subprocess.run(
             [sys.argv[2], "--version"], capture_output=True, text=True).stdout.split()[1]:
         sys.exit(f"40-deploy: FAIL: {m['platform']}: the image's version label is not the binary's")
-print(f"release image: {top['digest']}, platforms {', '.join(platforms)}, each /cni-guard and /cni-guard-agent alone (0755)")
+print(f"release image {named}: {top['digest']}, platforms {', '.join(platforms)}, each /cni-guard and /cni-guard-agent alone (0755)")
 PY
 echo "40-deploy: all checks passed"

@@ -12,7 +12,12 @@
 #     run in an empty root;
 #  6. scripts/build-image.sh is reproducible: the guard image of one build built twice (another
 #     copy, umask and mtime) has one digest, and the release image (amd64, and arm64 where this
-#     machine can build it) built twice has one index digest, platforms as built.
+#     machine can build it) built twice has one index digest, platforms as built;
+#  7. deploy/image/Containerfile, as far as this machine can go without a container engine:
+#     its build stage (deploy/image/build.sh) run in the build context it gets (the files git
+#     tracks, less .dockerignore's) gives the two static binaries its final stage copies. Not
+#     run here: the engine's own build (no Docker or Podman engine, no registry for its
+#     rust image).
 #
 # Needs kubectl (with kustomize v5; it is part of this machine's image) and python3 with pip.
 # Under CI=true anything missing is a failure; locally it skips loudly.
@@ -311,4 +316,47 @@ for m in index["manifests"]:
         sys.exit(f"40-deploy: FAIL: {m['platform']}: the image's version label is not the binary's")
 print(f"release image {named}: {top['digest']}, platforms {', '.join(platforms)}, each /cni-guard and /cni-guard-agent alone (0755)")
 PY
+# 7. The Containerfile's build stage, in its build context.
+python3 - "$WORK/context" <<'PY'
+import fnmatch, os, re, shutil, subprocess, sys
+ctx = sys.argv[1]
+cf = open("deploy/image/Containerfile").read()
+def want(cond, msg):
+    if not cond:
+        sys.exit("40-deploy: FAIL: Containerfile: " + msg)
+m = re.search(r"^FROM rust:(\d+)\.(\d+)\.(\d+)-slim-bookworm AS build$", cf, re.M)
+want(m, "the build stage is not FROM rust:X.Y.Z-slim-bookworm (an exact toolchain)")
+need = tuple(int(x) for x in re.search(r'^rust-version = "(\d+)\.(\d+)"', open("Cargo.toml").read(), re.M).groups())
+want(tuple(map(int, m.groups()))[:2] >= need, f"rust {m.groups()} is older than the workspace's rust-version {need}")
+for line in ("COPY . .", "RUN sh deploy/image/build.sh /out", "FROM scratch",
+             "COPY --from=build /out/cni-guard /cni-guard",
+             "COPY --from=build /out/cni-guard-agent /cni-guard-agent", 'ENTRYPOINT ["/cni-guard-agent"]'):
+    want(re.search("^" + re.escape(line) + "$", cf, re.M), f"no line {line!r}")
+ignore = [l.strip().rstrip("/") for l in open(".dockerignore") if l.strip() and not l.startswith("#")]
+files = subprocess.run(["git", "ls-files", "-z"], capture_output=True, check=True).stdout.decode().split("\0")
+kept = 0
+for f in filter(None, files):
+    if any(f == p or f.startswith(p + "/") or fnmatch.fnmatch(f, p) for p in ignore):
+        continue
+    os.makedirs(os.path.join(ctx, os.path.dirname(f)), exist_ok=True)
+    shutil.copy2(f, os.path.join(ctx, f), follow_symlinks=False)
+    kept += 1
+print(f"Containerfile: FROM rust:{'.'.join(m.groups())}-slim-bookworm, its context {kept} files (.dockerignore: {', '.join(ignore)})")
+PY
+# The deps come from the release build's target dir (a copy), offline: what is built anew is
+# the workspace's own crates, from the context.
+mkdir -p "$WORK/context-target"
+cp -a target/release "$WORK/context-target/"
+(cd "$WORK/context" && CARGO_TARGET_DIR="$WORK/context-target" CARGO_NET_OFFLINE=true \
+  CNI_GUARD_COMMIT=0123456789abcdef0123456789abcdef01234567 sh deploy/image/build.sh "$WORK/context-out") \
+  >"$WORK/context-build.log" 2>&1 ||
+  { cat "$WORK/context-build.log" >&2; echo "40-deploy: FAIL: deploy/image/build.sh in the Containerfile's context" >&2; exit 1; }
+for b in cni-guard cni-guard-agent; do
+  file "$WORK/context-out/$b" | grep -q 'statically linked' ||
+    { echo "40-deploy: FAIL: the Containerfile's $b is not statically linked: $(file "$WORK/context-out/$b")" >&2; exit 1; }
+done
+version=$("$WORK/context-out/cni-guard-agent" --version)
+[ "$version" = "$("$AGENT" --version | sed 's/(commit [0-9a-z]*/(commit 0123456789ab/')" ] ||
+  { echo "40-deploy: FAIL: the Containerfile's agent says \"$version\"" >&2; exit 1; }
+echo "Containerfile: its build stage gives /cni-guard and /cni-guard-agent, static; $version"
 echo "40-deploy: all checks passed"

@@ -914,7 +914,7 @@ python3 - "$WORK" README.md $(find docs -name '*.md' | sort) <<'PY' >"$WORK/doc-
 import re, shlex, sys
 work, files = sys.argv[1], sys.argv[2:]
 PLACEHOLDERS = {"REGISTRY": "registry.invalid", "sha256:DIGEST": "sha256:" + "ab" * 32,
-                "DIGEST": "sha256:" + "ab" * 32, "VERSION": "0.0.1"}
+                "DIGEST": "sha256:" + "ab" * 32, "VERSION": "0.0.1", '"$NS"': "cni-guard"}
 for path in files:
     lines = open(path).read().splitlines()
     in_code, i = False, 0

@@ -11,7 +11,14 @@
 #  2. every relative link between these files (and to any file of the repository) resolves,
 #     and every #anchor is a heading (GitHub's rule, duplicates numbered) of its target;
 #  3. every `cni-guard-agent X.Y.Z (commit` shown has the crate's version;
-#  4. docs/reference/cli.md names every flag that any command's --help lists.
+#  4. docs/reference/cli.md names every flag that any command's --help lists;
+#  5. the pages for operators (README.md, docs/ outside development/, the chart's README) use
+#     no internal words: the project's history ("issue 28", "the seed"), its test rig ("the test
+#     node", "this machine", "stand-in", "the suites") or its test scripts' paths;
+#  6. the commands they show match the files: every repository path in a command or code span
+#     (deploy/..., scripts/...) exists, `docker build -f FILE` names the Containerfile and builds
+#     from the repository's root (`.`), `kubectl apply -k DIR` names a kustomization, and an
+#     image or tarball of cni-guard with a version (`cni-guard:0.2.0`) has the crate's.
 # Any failure is printed with its file and line, and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -162,6 +169,52 @@ for path in files:
                 elif anchor not in anchors_of(open(dest).read()):
                     fail(path, lineno, f"link {target}: no heading #{anchor} in {dest}")
 
+# 5. and 6. operators' pages: no internal words; commands that match the files.
+INTERNAL = [
+    (r"\bseed(?:'s|-fix)?\b", "the seed"), (r"\(?\bissue \d+\b", "an issue number"),
+    (r"\bstand-in\b", "a test stand-in"), (r"\bthis machine\b", "this machine"),
+    (r"\bthe test node\b", "the test node"), (r"\bthe suites?\b", "the suites"),
+    (r"\b(?:not )?(?:run|measured) here\b", "here"),
+    (r"(?<![\w/])(?:scripts/test\.d/|conformance/|agent/tests/|plugin/tests/)", "a test's path"),
+]
+def operators(path):
+    return path == "README.md" or path.startswith("deploy/") or (
+        path.startswith("docs/") and not path.startswith("docs/development/"))
+for path in files:
+    if not operators(path):
+        continue
+    lines = open(path).read().splitlines()
+    in_code = False
+    for lineno, line in enumerate(lines, 1):
+        if re.match(r"^\s*(```|~~~)", line):
+            in_code = not in_code
+            continue
+        prose = re.sub(r"\]\([^)]*\)", "]", line)  # link targets are addresses, not words
+        for pattern, what in INTERNAL:
+            m = re.search(pattern, prose, re.I)
+            if m:
+                fail(path, lineno, f"{what} ({m.group(0)!r}): an internal word on a page for operators")
+        joined, j = line, lineno
+        while in_code and joined.rstrip().endswith("\\") and j < len(lines):
+            joined, j = joined.rstrip()[:-1] + " " + lines[j], j + 1
+        spans = [joined] if in_code else re.findall(r"`([^`]+)`", line)
+        for span in spans:
+            for ref in re.findall(r"(?<![\w./-])((?:deploy|scripts)/[\w./-]*[\w/])", span):
+                if not os.path.exists(ref):
+                    fail(path, lineno, f"`{ref}`: no such file or folder in the repository")
+            m = re.search(r"docker build (.*)", span)
+            if m:
+                args = m.group(1).split()
+                given = args[args.index("-f") + 1] if "-f" in args else None
+                if given != "deploy/image/Containerfile" or args[-1] != ".":
+                    fail(path, lineno, "`docker build` must take -f deploy/image/Containerfile and the repository's root (.) as its context")
+            for d in re.findall(r"kubectl (?:apply|delete|kustomize)(?: -k)? (deploy/[\w/-]+)", span):
+                if not os.path.exists(os.path.join(d, "kustomization.yaml")):
+                    fail(path, lineno, f"`{d}` is no kustomization")
+            for v in re.findall(r"cni-guard[:-](\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)\b", span):
+                if v != crate:
+                    fail(path, lineno, f"cni-guard {v} shown; the crate is {crate}")
+
 # 4. the CLI reference lists every flag of every command.
 cli = "docs/reference/cli.md"
 if cli in files:
@@ -181,4 +234,4 @@ if failures:
     print(f"15-docs: FAILED: {len(failures)} problems in the documentation (above)", file=sys.stderr)
     sys.exit(1)
 PY
-echo "15-docs: the commands, flags and links of README.md and docs/ are the binary's and resolve"
+echo "15-docs: the commands, flags and links of README.md and docs/ are the binary's and resolve; the operators' pages use no internal words"

@@ -116,6 +116,9 @@ struct Verdict {
     warnings: Vec<String>,
     /// A verb's deadline past kubelet's ([`budget::warnings`]): said, not refused.
     budget: Vec<String>,
+    /// How many configurations the `fallback` line names (none until the conflist loaded).
+    #[serde(skip)]
+    fallback_configs: Option<usize>,
 }
 
 pub fn run(args: Vec<OsString>) -> Result<i32> {
@@ -152,11 +155,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
 /// Whether ADD would proceed now, by the same checks as `check` (the keeper's
 /// `cni_guard_ready` and its log): `cni_path` as `--cni-path` would give it, else `CNI_PATH`,
 /// else the default. With it, in a few words, what holds (ready) or why not.
-pub(crate) fn state(
-    config: &Path,
-    host_root: Option<&Path>,
-    cni_path: Option<OsString>,
-) -> (bool, String) {
+pub(crate) fn state(config: &Path, host_root: Option<&Path>, cni_path: Option<OsString>) -> State {
     let cni_path = CniPath::choose(cni_path, std::env::var_os("CNI_PATH"));
     let verdict = assess(config, host_root, cni_path);
     let words = if verdict.ready {
@@ -164,7 +163,20 @@ pub(crate) fn state(
     } else {
         not_ready_words(&verdict)
     };
-    (verdict.ready, words)
+    State {
+        ready: verdict.ready,
+        words,
+        fallback_configs: verdict.fallback_configs,
+    }
+}
+
+/// What `keep` takes from a check, once a second: readiness in words, and the `fallback`
+/// line's count of the configurations that would take over if the delegate vanished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct State {
+    pub ready: bool,
+    pub words: String,
+    pub fallback_configs: Option<usize>,
 }
 
 /// What holds: `ADD would proceed (delegate X, attachment Y, socket Z, plugins "a", "b")`.
@@ -225,6 +237,7 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         items: Vec::new(),
         warnings: Vec::new(),
         budget: Vec::new(),
+        fallback_configs: None,
     };
 
     let host_config = match load_conflist(config) {
@@ -319,7 +332,9 @@ fn assess(config: &Path, root: Option<&Path>, cni_path: CniPath) -> Verdict {
         },
     });
     // The layout, for a preflight before the first reboot; neither line changes the verdict.
-    verdict.items.push(fallback(config, &cfg.delegate, &shown));
+    let (line, others) = fallback(config, &cfg.delegate, &shown);
+    verdict.items.push(line);
+    verdict.fallback_configs = Some(others);
     let multus = report.delegate.as_ref().and_then(|d| {
         d.plugins
             .iter()
@@ -421,7 +436,7 @@ fn unroot_text(text: &str, root: Option<&Path>) -> String {
 /// `fallback`: every configuration in the guard's conf dir but the guard's file and the
 /// delegate's: what containerd would build sandboxes on if the delegate vanished (the hazard
 /// itself; on a reboot, the delegate's file is gone until its daemon is back).
-fn fallback(config: &Path, delegate: &Path, shown: &dyn Fn(&Path) -> String) -> Line {
+fn fallback(config: &Path, delegate: &Path, shown: &dyn Fn(&Path) -> String) -> (Line, usize) {
     let dir = config.parent().unwrap_or(Path::new("."));
     let delegate_here = delegate.parent() == Some(dir);
     let others: Vec<String> = conf_files(dir)
@@ -433,7 +448,7 @@ fn fallback(config: &Path, delegate: &Path, shown: &dyn Fn(&Path) -> String) -> 
         })
         .map(|f| shown(&dir.join(f)))
         .collect();
-    Line {
+    let line = Line {
         check: "fallback",
         plugin_type: None,
         path: String::new(),
@@ -445,7 +460,8 @@ fn fallback(config: &Path, delegate: &Path, shown: &dyn Fn(&Path) -> String) -> 
                 others.join(", ")
             ),
         },
-    }
+    };
+    (line, others.len())
 }
 
 /// `primary`: Multus's `clusterNetwork` (as Multus names it, from inside its pod: a leading

@@ -11,6 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::check::State;
 use crate::daemon::{signal_name, wait_readable, DirWatch, TermSignals};
 use crate::files::{conf_files_before, is_conf_name, under_root, write_atomically, Written};
 use crate::spec::{GuardFile, SPEC_FLAGS_HELP};
@@ -204,22 +205,24 @@ struct Readiness {
 }
 
 impl Readiness {
-    /// Checks readiness now; logs it when it differs from the last check. Returns it.
-    fn check(&mut self) -> bool {
+    /// Checks readiness now; logs it when it differs from the last check. Returns it, with the
+    /// count of fallback configurations.
+    fn check(&mut self) -> State {
         let now = crate::check::state(
             &self.config,
             self.host_root.as_deref(),
             self.cni_path.clone(),
         );
-        if self.last.as_ref() != Some(&now) {
-            let (ready, words) = &now;
+        let said = (now.ready, now.words.clone());
+        if self.last.as_ref() != Some(&said) {
             log(&format!(
-                "{}: {words}",
-                if *ready { "ready" } else { "not ready" }
+                "{}: {}",
+                if now.ready { "ready" } else { "not ready" },
+                now.words
             ));
-            self.last = Some(now);
+            self.last = Some(said);
         }
-        self.last.as_ref().is_some_and(|(ready, _)| *ready)
+        now
     }
 
     /// Without metrics: a thread of its own checks once every [`READINESS_TICK`].
@@ -305,9 +308,10 @@ impl Metrics {
         if let Err(e) = self.collector.drain() {
             log(&format!("metrics: reading the events file: {e}"));
         }
-        let ready = self.readiness.check();
+        let state = self.readiness.check();
         self.collector
-            .observe_ready(ready, std::time::Instant::now());
+            .observe_ready(state.ready, std::time::Instant::now());
+        self.collector.observe_fallback(state.fallback_configs);
     }
 }
 

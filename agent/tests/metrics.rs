@@ -497,3 +497,38 @@ fn slow_and_idle_metrics_clients_never_delay_a_restore() {
     assert!(trickler.join().unwrap() > 0);
     drop(idle);
 }
+
+/// `cni_guard_fallback_configs`: the configurations in the guard's conf dir that containerd
+/// would use if the delegate vanished (`check`'s `fallback` line), followed as they come and go.
+#[test]
+fn the_fallback_configs_gauge_follows_the_conf_dir() {
+    let node = Node::new();
+    let keep = Keep::start(&node);
+    let until = |want: f64| {
+        let start = Instant::now();
+        loop {
+            let text = keep.scrape();
+            if samples(&text).get("cni_guard_fallback_configs") == Some(&want) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "want {want}: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until(0.0);
+    let cilium = node.path("net.d/05-cilium.conflist");
+    std::fs::write(
+        &cilium,
+        r#"{"cniVersion":"1.0.0","name":"c","plugins":[{"type":"fake"}]}"#,
+    )
+    .unwrap();
+    until(1.0);
+    std::fs::write(node.path("net.d/10-other.conf"), "{}").unwrap();
+    until(2.0);
+    std::fs::remove_file(&cilium).unwrap();
+    std::fs::remove_file(node.path("net.d/10-other.conf")).unwrap();
+    until(0.0);
+}

@@ -106,6 +106,18 @@ stage_done "up (the seed's layout, the guard in front)"
 conformance/k8s/check.sh
 conformance/k8s/incident.sh
 stage_done "check.sh, incident.sh"
+# The hold test an operator runs (scripts/hold-test.sh): Multus kept off the node by a node
+# affinity, a pod with a namespaced network of its own in a namespace of its own, held, then
+# Ready with net1 once Multus is back.
+hold_kubectl() { KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig "$KUBERNETES_BIN/kubectl" "$@"; }
+hold_kubectl create namespace hold-test >/dev/null
+line=$(KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig KUBECTL=$KUBERNETES_BIN/kubectl scripts/hold-test.sh \
+  --node cni-guard-node --namespace hold-test --image localhost/cni-guard-test/busybox:1 --hold 15)
+echo "$line"
+[ "$(field "$line" result)" = pass ] && [ "$(num "$line" held_s)" -ge 15 ] && [ "$(field "$line" net1)" = yes ] ||
+  { echo "35-kubernetes: FAIL: the hold test: $line" >&2; exit 1; }
+hold_kubectl delete namespace hold-test --wait=true --timeout=120s >/dev/null
+stage_done "hold-test.sh"
 # The guard's DaemonSet as an operator runs it: shutdown, install, keep, the uninstall overlay.
 conformance/k8s/daemonset.sh
 stage_done "daemonset.sh"

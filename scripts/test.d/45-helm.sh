@@ -610,7 +610,7 @@ PY
 
 echo "-- alert"
 "$HELM" template cni-guard "$CHART" -n "$NAMESPACE" "${IMAGE_SET[@]}" --set prometheusRule.enabled=true \
-  --set prometheusRule.for=5m --set prometheusRule.missing.for=10m \
+  --set prometheusRule.for=5m --set prometheusRule.missing.for=10m --set prometheusRule.fallback.for=15m \
   --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
 mkdir -p "$WORK/alert"
 python3 -c 'import sys, yaml
@@ -630,7 +630,7 @@ text = open(sys.argv[2]).read()
 anchors = {re.sub(r"[^a-z0-9 _-]", "", h.strip().lower()).replace(" ", "-")
            for h in re.findall(r"^#+ (.+)$", text, re.M)}
 names = [r["alert"] for r in rules]
-if names != ["CniGuardRefusingPods", "CniGuardMissing"]:
+if names != ["CniGuardRefusingPods", "CniGuardMissing", "CniGuardFallbackConfig"]:
     sys.exit(f"45-helm: FAIL: the alerts are {names}")
 for r in rules:
     url = r["annotations"].get("runbook_url", "")

@@ -11,6 +11,8 @@
 //!   `error`);
 //! - `cni_guard_refusals_total{reason}`: refusals (codes 11 and 50) by reason;
 //! - `cni_guard_not_ready_seconds_total`: seconds this `keep` saw the node not ready;
+//! - `cni_guard_fallback_configs`: configurations in the guard's conf dir that containerd would
+//!   use if the delegate vanished (`check`'s `fallback` line), once the conflist has loaded;
 //! - `cni_guard_build_info{version,commit}`: 1, with the binary's version and the commit it was
 //!   built from (12 hex digits, or `unknown`).
 //!
@@ -63,6 +65,7 @@ pub struct Collector {
     ready: Option<bool>,
     not_ready: Duration,
     last_observed: Option<Instant>,
+    fallback_configs: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -96,6 +99,7 @@ impl Collector {
             ready: None,
             not_ready: Duration::ZERO,
             last_observed: None,
+            fallback_configs: None,
         };
         let _ = std::fs::remove_file(c.path(events::ROTATED));
         let _ = std::fs::remove_file(c.path(events::FILE));
@@ -207,6 +211,12 @@ impl Collector {
     }
 
     /// The text exposition (format 0.0.4).
+    /// The count of configurations in the conf dir that containerd would use if the delegate
+    /// vanished, from the last check (`None`: the guard's conflist did not load).
+    pub fn observe_fallback(&mut self, configs: Option<usize>) {
+        self.fallback_configs = configs;
+    }
+
     pub fn render(&self, now: Instant) -> String {
         let mut out = String::with_capacity(2048);
         let mut not_ready = self.not_ready;
@@ -220,6 +230,14 @@ impl Collector {
              cni_guard_ready {}",
             u8::from(self.ready == Some(true))
         );
+        if let Some(n) = self.fallback_configs {
+            let _ = writeln!(
+                out,
+                "# HELP cni_guard_fallback_configs Configurations in the guard's conf dir that containerd would use if the delegate's file vanished: 0 when the layout is safe for a reboot.\n\
+                 # TYPE cni_guard_fallback_configs gauge\n\
+                 cni_guard_fallback_configs {n}"
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP cni_guard_decisions_total Invocations of the cni-guard plugin on this node, by verb and decision.\n\
@@ -517,6 +535,21 @@ mod tests {
         assert!(cni_guard::events::append(d.path(), &line));
         c.drain().unwrap();
         assert_eq!(add_execs(&c), (n + 3) as f64);
+    }
+
+    /// The fallback configurations from the last check, shown once the conflist loaded.
+    #[test]
+    fn fallback_configs_are_the_last_checks() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = Collector::start(d.path()).unwrap();
+        let now = Instant::now();
+        assert!(!c.render(now).contains("cni_guard_fallback_configs"));
+        c.observe_fallback(Some(1));
+        assert_eq!(value(&c.render(now), "cni_guard_fallback_configs"), 1.0);
+        c.observe_fallback(Some(0));
+        assert_eq!(value(&c.render(now), "cni_guard_fallback_configs"), 0.0);
+        c.observe_fallback(None);
+        assert!(!c.render(now).contains("cni_guard_fallback_configs"));
     }
 
     #[test]

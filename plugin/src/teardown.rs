@@ -1,6 +1,5 @@
 //! DEL: tearing an attachment down, in plain steps, with what was recorded at its ADD.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -134,14 +133,17 @@ fn run_trusted(
 /// removes its file and exits without finishing the requests under way). So a run is trusted
 /// only when what it depended on is still there, the same, at its end. Watched for the
 /// delegate a configuration names (the guard's, or the per-pod primary), not for a record of a
-/// file since replaced, which no configuration names. A file is known by its device, inode and
-/// change time: a removal, a rename over it and a write in place each change them.
-struct Seen(Vec<(PathBuf, Option<FileId>, bool)>);
-type FileId = (u64, u64, i64, i64);
+/// file since replaced, which no configuration names.
+struct Seen(Vec<(PathBuf, Option<Vec<u8>>, bool)>);
 
-fn file_id(p: &Path) -> Option<FileId> {
-    let m = std::fs::metadata(p).ok()?;
-    Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+/// What a path holds now: the delegate file's bytes (written again with the same bytes, it is
+/// the same configuration); for a socket, that it is there (a daemon that stopped removed it, or
+/// stopped listening: [`Seen::went_away`] asks); `None` when nothing is there.
+fn id(p: &Path, socket: bool) -> Option<Vec<u8>> {
+    match socket {
+        true => p.exists().then(Vec::new),
+        false => std::fs::read(p).ok(),
+    }
 }
 
 impl Seen {
@@ -151,7 +153,7 @@ impl Seen {
             .chain(sockets)
             .map(|(p, socket)| {
                 let accepts = socket && sys::unix_socket_accepts(p).is_ok();
-                (p.clone(), file_id(p), accepts)
+                (p.clone(), id(p, socket), accepts)
             });
         (list.path == run_cfg.delegate).then(|| Seen(seen.collect()))
     }
@@ -161,7 +163,7 @@ impl Seen {
     fn went_away(&self) -> Option<String> {
         for (i, (path, was, accepted)) in self.0.iter().enumerate() {
             let refuses = || *accepted && sys::unix_socket_accepts(path).is_err();
-            let how = match (was, file_id(path)) {
+            let how = match (was, id(path, i > 0)) {
                 (None, _) => continue,
                 (Some(_), None) => "removed",
                 (Some(a), Some(b)) if *a != b => "replaced",

@@ -932,25 +932,40 @@ mod del {
         assert!(fx.cache_files().is_empty());
     }
 
-    /// A delegate file replaced during the run (written anew by a daemon that restarted): the
-    /// delegate is ready at once, and the DEL runs again at once.
+    /// A delegate file replaced during the run by another configuration (a daemon that restarted
+    /// with another one): the delegate is ready at once, and the DEL runs again at once. The
+    /// same configuration written again (a daemon regenerating its file) is the same delegate:
+    /// that run is trusted.
     #[test]
     fn a_del_whose_delegate_was_replaced_mid_run_runs_again_at_once() {
-        let fx = Fx::new();
-        let file = fx.delegate_path();
-        let once = format!(
-            "cp '{f}' '{f}.new' && mv '{f}.new' '{f}'\n",
-            f = file.display()
-        );
-        let conf = recorded_with_del_hook(&fx, json!({"waitSeconds": 20}), &once);
-        let r = fx.run("DEL", &conf);
-        r.ok();
-        assert_eq!(
-            fx.calls(),
-            ["multus-shim ADD", "multus-shim DEL", "multus-shim DEL"]
-        );
-        assert!(r.stderr.contains("(its file was replaced)"), "{}", r.stderr);
-        assert!(fx.cache_files().is_empty());
+        for (other, reruns) in [(true, 1), (false, 0)] {
+            let fx = Fx::new();
+            let file = fx.delegate_path();
+            let body = match other {
+                true => r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim","x":1}"#,
+                false => r#"{"cniVersion":"1.0.0","name":"multus-net","type":"multus-shim"}"#,
+            };
+            let once = format!(
+                "printf '%s' '{body}' > '{f}.new' && mv '{f}.new' '{f}'\n",
+                f = file.display()
+            );
+            let conf = recorded_with_del_hook(&fx, json!({"waitSeconds": 20}), &once);
+            let r = fx.run("DEL", &conf);
+            r.ok();
+            let dels = fx
+                .calls()
+                .iter()
+                .filter(|c| *c == "multus-shim DEL")
+                .count();
+            assert_eq!(dels, 1 + reruns, "other={other}: {:?}", fx.calls());
+            assert_eq!(
+                r.stderr.contains("(its file was replaced)"),
+                other,
+                "{}",
+                r.stderr
+            );
+            assert!(fx.cache_files().is_empty());
+        }
     }
 
     /// Not back within the DEL's budget: the DEL fails with 11 and the record stays, so the

@@ -9,7 +9,11 @@
 #   guard         deploy/multus-cilium as it is
 #   guard-socket  the same with `--socket <node>/run/multus/multus.sock` (config key `sockets`)
 #                 on install and keep, and the folder above the socket's mounted read-only for the
-#                 readiness probe
+#                 readiness probe, with HostToContainer propagation, as the chart mounts it. That
+#                 folder holds the pods' network namespaces (containerd's state dir): two pods
+#                 made before keep starts are deleted after, and none of their namespaces may stay
+#                 mounted in keep's mount namespace (it would keep them alive, with their
+#                 interfaces and addresses), or the run fails
 #
 # The daemon is killed with SIGKILL every 0.2 s for $CRASH_DEAD_S s (a crash-looping Multus:
 # kubelet restarts the container, it is killed again); 1 s in, a pod asking for net1 is created.
@@ -72,6 +76,11 @@ apply_mode() {
       ;;
     guard)
       # Each step `|| return 1`: cleanup calls this in an || list, where set -e does not apply.
+      # The guard-socket mode's patched mount is no part of the manifest: apply would keep it.
+      if "$K" -n cni-guard get daemonset cni-guard -o jsonpath='{.spec.template.spec.volumes[*].name}' 2>/dev/null |
+        grep -qw multus-run; then
+        "$K" -n cni-guard delete daemonset cni-guard --wait=true --timeout=120s >/dev/null || return 1
+      fi
       scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null || return 1
       "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null || return 1
       guard_ready
@@ -94,7 +103,7 @@ print("\n".join(out))
       # of that folder itself on the old, deleted one), read-only (connect(2) is allowed there).
       "$K" -n cni-guard patch daemonset cni-guard --type=json -p "[
         {\"op\":\"add\",\"path\":\"/spec/template/spec/volumes/-\",\"value\":{\"name\":\"multus-run\",\"hostPath\":{\"path\":\"$RUN\"}}},
-        {\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/volumeMounts/-\",\"value\":{\"name\":\"multus-run\",\"mountPath\":\"/host$RUN\",\"readOnly\":true}}]" >/dev/null
+        {\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/volumeMounts/-\",\"value\":{\"name\":\"multus-run\",\"mountPath\":\"/host$RUN\",\"readOnly\":true,\"mountPropagation\":\"HostToContainer\"}}]" >/dev/null
       "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=120s >/dev/null
       guard_ready
       grep -q '"sockets"' "$NODE/etc/cni/net.d/00-cni-guard.conflist" || fail "the guard's conflist names no socket"
@@ -114,7 +123,28 @@ cleanup() {
 W=$(mktemp -d /tmp/cni-guard-crash.XXXXXX)
 trap cleanup EXIT
 
+if [ "$MODE" = guard-socket ]; then
+  # Pods whose network namespaces are mounted under the node's run folder when keep starts.
+  for p in netns-1 netns-2; do
+    sed "s/name: with-net1/name: $p/" <(scripts/cluster.sh manifest pod-net1.yaml) | "$K" apply -f - >/dev/null
+  done
+  "$K" wait --for=condition=Ready --timeout=120s pod/netns-1 pod/netns-2 >/dev/null || fail "the netns pods did not come up"
+fi
 apply_mode "$MODE"
+if [ "$MODE" = guard-socket ]; then
+  keep=$(pgrep -f "cni-guard-agent keep" | head -n 1)
+  grep -q cni-guard-k8s "/proc/$keep/cgroup" || fail "keep ($keep) is not the node's"
+  before=$(awk '$9 == "nsfs"' "/proc/$keep/mountinfo" | wc -l)
+  [ "$before" -ge 2 ] || fail "keep's mount namespace holds $before network namespaces: the pods' were not mounted under $RUN when it started"
+  "$K" delete pod netns-1 netns-2 --wait=true --timeout=90s >/dev/null
+  for _ in $(seq 20); do
+    left=$(awk '$9 == "nsfs" { print $5 }' "/proc/$keep/mountinfo")
+    [ -z "$left" ] && break
+    sleep 0.5
+  done
+  [ -z "$left" ] || fail "network namespaces of deleted pods stay mounted in keep: $left"
+  say "mode=$MODE: keep's mount held $before pod network namespaces; none left once the pods were deleted"
+fi
 # A fresh Multus pod: kubelet's restart back-off (10 s, doubled at each crash, up to 5 min) is
 # kept per pod, and each run starts from none.
 "$K" -n kube-system delete pod -l app=multus --wait=true --timeout=60s >/dev/null

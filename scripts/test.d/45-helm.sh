@@ -527,6 +527,11 @@ for name in names + ["base"]:
               f"{name}: the probe cannot reach {path} (the folder above its own is not mounted)")
         check(os.path.dirname(path) not in keep_dirs,
               f"{name}: {os.path.dirname(path)} is mounted itself: after a daemon restart it is the old folder")
+        # The folder above (/run) holds the pods' network namespaces: its mount follows the
+        # host's unmounts (HostToContainer), so keep never holds one alive.
+        (m,) = [m for m in keep["volumeMounts"] if m["mountPath"] == "/host" + os.path.dirname(os.path.dirname(path))]
+        check(m.get("mountPropagation") == "HostToContainer" and m.get("readOnly") is True,
+              f"{name}: {m['mountPath']} is mounted {m}: want read-only, HostToContainer")
     check(len(keep_dirs) == len(keep["volumeMounts"]), f"{name}: a folder is mounted twice in keep")
     check(spec.get("hostNetwork") is True, f"{name}: hostNetwork")
     print(f"{name}: install and keep get the same {len(kept)} conflist flags; probe, mounts and metrics as the values say")

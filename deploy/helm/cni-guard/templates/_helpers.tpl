@@ -227,9 +227,12 @@ The host folders the readiness probe reads besides those keep mounts anyway (con
 cacheDir): the folder of the delegate and of each attachment, then the folder above each
 socket's, each once, in order, all read-only. The folder above: a daemon may remove and remake
 its socket's folder when it starts (Multus does), and a mount of that folder itself would stay
-on the old, deleted one; connect(2) works on a read-only mount. A YAML list of {name, path,
-readOnly, create}: create (hostPath type DirectoryOrCreate) for the config folders, as for
-confDir; the folder above a socket's is the host's (/run), a plain hostPath.
+on the old, deleted one (measured: keep then saw no socket after Multus's first restart);
+connect(2) works on a read-only mount. That folder (/run) holds other mounts, the pods' network
+namespaces among them: it is mounted with HostToContainer propagation, so a namespace unmounted
+on the host is unmounted in keep too and never kept alive there. A YAML list of {name, path,
+readOnly, create, propagation}: create (hostPath type DirectoryOrCreate) for the config folders,
+as for confDir; the folder above a socket's is the host's (/run), a plain hostPath.
 */}}
 {{- define "cni-guard.configDirs" -}}
 {{- $v := .Values }}
@@ -249,7 +252,7 @@ confDir; the folder above a socket's is the host's (/run), a plain hostPath.
 {{- $n := 0 }}
 {{- range $socketDirs }}
 {{- if and (not (has . $mounted)) (not (has . $dirs)) }}
-{{- $out = append $out (dict "name" (printf "socket-dir-%d" $n) "path" . "readOnly" true "create" false) }}
+{{- $out = append $out (dict "name" (printf "socket-dir-%d" $n) "path" . "readOnly" true "create" false "propagation" "HostToContainer") }}
 {{- $n = add1 $n }}
 {{- end }}
 {{- end }}

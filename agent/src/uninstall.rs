@@ -59,6 +59,17 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
             "--conf-name {conf_name:?}: must be a file name"
         )));
     }
+    // A folder that is not there is a wrong flag or a missing mount, not a guard already gone:
+    // saying "absent" would report a removal that never happened.
+    for dir in [&conf_dir, &bin_dir] {
+        if !dir.is_dir() {
+            let msg = format!(
+                "{} is not a directory (is the host folder mounted?); nothing was removed",
+                dir.display()
+            );
+            return Err(Error::new(Kind::Misconfigured, msg));
+        }
+    }
     // Block the stop signals before doing anything, so a SIGTERM during removal cannot cut the
     // pair in half; it is seen (and honoured) only once both are gone.
     let signals = if stay {

@@ -473,6 +473,32 @@ mod uninstall {
         assert!(text(&out.stdout).contains(&format!("absent {}", node.conflist().display())));
     }
 
+    /// A conf dir or bin dir that is not there (a typo, a missing mount) is an error, not a
+    /// guard already gone: nothing is removed and the exit code says so.
+    #[test]
+    fn a_folder_that_is_not_there_fails_and_removes_nothing() {
+        let node = Node::new();
+        assert!(node.install(&[]).status.success());
+        for (bin, conf) in [
+            (node.bin.clone(), node.conf.join("typo")),
+            (node.bin.join("typo"), node.conf.clone()),
+        ] {
+            let out = run(&[
+                "uninstall",
+                &format!("--bin-dir={}", bin.display()),
+                &format!("--conf-dir={}", conf.display()),
+            ]);
+            assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+            assert!(
+                text(&out.stderr).contains("is not a directory (is the host folder mounted?)"),
+                "{}",
+                text(&out.stderr)
+            );
+            assert!(!text(&out.stdout).contains("absent"), "{}", text(&out.stdout));
+            assert!(node.conflist().is_file() && node.binary().is_file());
+        }
+    }
+
     #[test]
     fn removes_the_conflist_before_the_binary() {
         // The binary cannot be removed (a folder stands in its place): the conflist must be

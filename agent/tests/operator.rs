@@ -494,7 +494,11 @@ mod uninstall {
                 "{}",
                 text(&out.stderr)
             );
-            assert!(!text(&out.stdout).contains("absent"), "{}", text(&out.stdout));
+            assert!(
+                !text(&out.stdout).contains("absent"),
+                "{}",
+                text(&out.stdout)
+            );
             assert!(node.conflist().is_file() && node.binary().is_file());
         }
     }

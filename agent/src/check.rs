@@ -140,7 +140,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
             other => return Err(Flags::unknown(other)),
         }
     }
-    let config = config.ok_or_else(|| Error::usage("--config is required"))?;
+    let config = config.ok_or_else(|| crate::usage_error("--config is required"))?;
     let cni_path = CniPath::choose(cni_path_flag, std::env::var_os("CNI_PATH"));
     let verdict = assess(&config, host_root.as_deref(), cni_path);
     if json {

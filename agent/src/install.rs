@@ -54,7 +54,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         }
     }
     let conf_dir = spec.validate()?;
-    let bin_dir = bin_dir.ok_or_else(|| Error::usage("--bin-dir is required"))?;
+    let bin_dir = bin_dir.ok_or_else(|| crate::usage_error("--bin-dir is required"))?;
     for dir in [&bin_dir, &conf_dir.to_path_buf()] {
         if !dir.is_dir() {
             return Err(Error::new(

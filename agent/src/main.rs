@@ -21,7 +21,7 @@ mod uninstall;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use cni_guard::error::{Error, Result};
+use cni_guard::error::{Error, Kind, Result};
 
 /// The CNI specification versions the guard speaks, as `--help` lists them.
 pub use cni_guard::version::SUPPORTED as SPEC_VERSIONS;
@@ -81,6 +81,19 @@ pub fn run(args: Vec<OsString>) -> i32 {
     }
 }
 
+/// The command line was wrong: the message points at `--help`, and the exit code is 2.
+pub(crate) fn usage_error(message: impl Into<String>) -> Error {
+    Error::new(Kind::Usage, format!("{}; see --help", message.into()))
+}
+
+/// A command's exit code for its error: 2 for a wrong command line, 1 for everything else.
+pub(crate) fn exit_code(e: &Error) -> i32 {
+    match e.kind() {
+        Kind::Usage => 2,
+        _ => 1,
+    }
+}
+
 /// The operator edge: a command's error is its message on stderr and its exit code (2 for a
 /// wrong command line, 1 for everything else).
 fn finish(command: &str, outcome: Result<i32>) -> i32 {
@@ -88,7 +101,7 @@ fn finish(command: &str, outcome: Result<i32>) -> i32 {
         Ok(code) => code,
         Err(e) => {
             cni_guard::log::to_stderr(&format!("cni-guard {command}: {}", e.msg()));
-            e.exit_code()
+            crate::exit_code(&e)
         }
     }
 }
@@ -99,8 +112,8 @@ pub(crate) struct Flags {
     parser: lexopt::Parser,
 }
 
-fn usage_error(e: lexopt::Error) -> Error {
-    Error::usage(e.to_string())
+fn lexopt_error(e: lexopt::Error) -> Error {
+    usage_error(e.to_string())
 }
 
 impl Flags {
@@ -113,11 +126,11 @@ impl Flags {
     /// The next flag's name (`--bin-dir`), or `None` at the end.
     pub fn next_flag(&mut self) -> Result<Option<String>> {
         use lexopt::Arg::{Long, Short, Value};
-        match self.parser.next().map_err(usage_error)? {
+        match self.parser.next().map_err(lexopt_error)? {
             None => Ok(None),
             Some(Long(name)) => Ok(Some(format!("--{name}"))),
             Some(Short(c)) => Ok(Some(format!("-{c}"))),
-            Some(Value(v)) => Err(Error::usage(format!("unexpected argument {v:?}"))),
+            Some(Value(v)) => Err(crate::usage_error(format!("unexpected argument {v:?}"))),
         }
     }
 
@@ -126,29 +139,37 @@ impl Flags {
         let value = self
             .parser
             .value()
-            .map_err(|_| Error::usage(format!("{flag} needs a value")))?;
+            .map_err(|_| crate::usage_error(format!("{flag} needs a value")))?;
         value
             .into_string()
-            .map_err(|v| Error::usage(format!("{flag}: value {v:?} is not UTF-8")))
+            .map_err(|v| crate::usage_error(format!("{flag}: value {v:?} is not UTF-8")))
     }
 
     pub fn path(&mut self, flag: &str) -> Result<PathBuf> {
         let value = self.value(flag)?;
         if value.is_empty() {
-            return Err(Error::usage(format!("{flag} needs a non-empty path")));
+            return Err(crate::usage_error(format!("{flag} needs a non-empty path")));
         }
         Ok(PathBuf::from(value))
     }
 
     /// Fails when `name` was unknown to the caller.
     pub fn unknown(name: &str) -> Error {
-        Error::usage(format!("unknown flag {name}"))
+        crate::usage_error(format!("unknown flag {name}"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrong_command_line_exits_2_everything_else_1() {
+        let e = usage_error("--x needs a value");
+        assert_eq!(e.msg(), "--x needs a value; see --help");
+        assert_eq!(exit_code(&e), 2);
+        assert_eq!(exit_code(&Error::new(Kind::Io, "m")), 1);
+    }
 
     fn flags(args: &[&str]) -> Flags {
         Flags::new(args.iter().map(OsString::from).collect())
@@ -167,9 +188,12 @@ mod tests {
 
     #[test]
     fn flags_reject_positional_and_unused_inline_values() {
-        assert_eq!(flags(&["stray"]).next_flag().unwrap_err().exit_code(), 2);
+        assert_eq!(
+            crate::exit_code(&flags(&["stray"]).next_flag().unwrap_err()),
+            2
+        );
         let mut f = flags(&["--json=yes"]);
         assert_eq!(f.next_flag().unwrap().as_deref(), Some("--json"));
-        assert_eq!(f.next_flag().unwrap_err().exit_code(), 2);
+        assert_eq!(crate::exit_code(&f.next_flag().unwrap_err()), 2);
     }
 }

@@ -16,7 +16,7 @@ use crate::{Flags, SPEC_VERSIONS};
 use cni_guard::config::{
     Entry, GuardConfig, Seconds, DELEGATE_TIMEOUT, DEL_WAIT, LOCK_WAIT, STATUS_TIMEOUT, WAIT,
 };
-use cni_guard::error::{Error, Kind, Result};
+use cni_guard::error::{Kind, Result};
 
 pub const DEFAULT_CONF_NAME: &str = "00-cni-guard.conflist";
 pub const DEFAULT_NETWORK_NAME: &str = "guarded-pod-network";
@@ -259,7 +259,9 @@ impl GuardFile {
                         } else {
                             let name = flags.value(flag)?;
                             if name.is_empty() {
-                                return Err(Error::usage(format!("{flag} {name:?}: empty name")));
+                                return Err(crate::usage_error(format!(
+                                    "{flag} {name:?}: empty name"
+                                )));
                             }
                             name.into()
                         };
@@ -279,7 +281,7 @@ impl GuardFile {
                             .ok()
                             .filter(|s| bounds.allows(*s as f64))
                             .ok_or_else(|| {
-                                Error::usage(format!(
+                                crate::usage_error(format!(
                                     "{flag}: {value:?} is not a whole number from {} to {}",
                                     if bounds.zero { 0 } else { 1 },
                                     bounds.max
@@ -293,7 +295,7 @@ impl GuardFile {
                     Takes::Capability => {
                         let name = flags.value(flag)?;
                         if name.is_empty() {
-                            return Err(Error::usage(format!("{flag} {name:?}: empty name")));
+                            return Err(crate::usage_error(format!("{flag} {name:?}: empty name")));
                         }
                         match self
                             .keys
@@ -360,25 +362,25 @@ impl GuardFile {
         let conf_dir = self
             .conf_dir
             .as_deref()
-            .ok_or_else(|| Error::usage("--conf-dir is required"))?;
+            .ok_or_else(|| crate::usage_error("--conf-dir is required"))?;
         if !self.keys.contains_key("delegate") {
-            return Err(Error::usage("--delegate is required"));
+            return Err(crate::usage_error("--delegate is required"));
         }
         if !self.conf_name.ends_with(".conflist") || self.conf_name.contains('/') {
-            return Err(Error::usage(format!(
+            return Err(crate::usage_error(format!(
                 "--conf-name {:?}: must be a file name ending in .conflist",
                 self.conf_name
             )));
         }
         if self.conf_name.starts_with('.') {
-            return Err(Error::usage("--conf-name must not start with a dot"));
+            return Err(crate::usage_error("--conf-name must not start with a dot"));
         }
         if let Err(invalid) = self.entry().validate() {
             let mut message = format!("{}: {}", flag_for(invalid.key), invalid.error.msg());
             if *invalid.error.kind() == Kind::Unsupported {
                 message.push_str(&format!(" (supported are {})", SPEC_VERSIONS.join(", ")));
             }
-            return Err(Error::usage(message));
+            return Err(crate::usage_error(message));
         }
         Ok(conf_dir)
     }
@@ -417,7 +419,7 @@ impl GuardFile {
 fn path(flags: &mut Flags, flag: &str) -> Result<String> {
     let value = flags.value(flag)?;
     if value.is_empty() {
-        return Err(Error::usage(format!("{flag} needs a non-empty path")));
+        return Err(crate::usage_error(format!("{flag} needs a non-empty path")));
     }
     Ok(value)
 }
@@ -719,7 +721,7 @@ mod tests {
                 Ok(spec) => spec.validate().map(|_| ()).unwrap_err(),
                 Err(e) => e,
             };
-            assert_eq!(err.exit_code(), 2, "{extra:?}");
+            assert_eq!(crate::exit_code(&err), 2, "{extra:?}");
             assert!(err.msg().contains(want), "{extra:?}: {}", err.msg());
         }
         let no_conf_dir = file(&["--delegate=/d.conf"]).unwrap();

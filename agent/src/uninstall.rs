@@ -52,10 +52,10 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
             other => return Err(Flags::unknown(other)),
         }
     }
-    let bin_dir = bin_dir.ok_or_else(|| Error::usage("--bin-dir is required"))?;
-    let conf_dir = conf_dir.ok_or_else(|| Error::usage("--conf-dir is required"))?;
+    let bin_dir = bin_dir.ok_or_else(|| crate::usage_error("--bin-dir is required"))?;
+    let conf_dir = conf_dir.ok_or_else(|| crate::usage_error("--conf-dir is required"))?;
     if conf_name.contains('/') || conf_name.is_empty() {
-        return Err(Error::usage(format!(
+        return Err(crate::usage_error(format!(
             "--conf-name {conf_name:?}: must be a file name"
         )));
     }

@@ -299,8 +299,8 @@ pub(crate) fn primary_config(cfg: &GuardConfig, per_pod: &config::PerPod) -> Gua
 /// Records `list` for the attachment, then runs its ADD: by exec when it is one plugin at the
 /// guard's version that can be exec'd ([`delegate::exec_plan`]), else as children.
 fn run_add(req: &Request, cfg: &GuardConfig, list: NetworkConfig, ctx: &mut Ctx) -> Result<Done> {
-    // Planned before anything is recorded: a plugin binary gone since the check (or a prevResult
-    // the delegate cannot take) refuses the ADD with nothing recorded, as nothing ran.
+    // Planned before anything is recorded: a plugin binary gone since the check refuses the ADD
+    // with nothing recorded, as nothing ran.
     let prev = cfg.prev_result.as_ref();
     let plan = delegate::exec_plan(&list, cfg, &req.cni_path, prev)?;
     let mut store = Store::create(&cfg.cache_dir, &cfg.name, cfg.lock_wait)?;

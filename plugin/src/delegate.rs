@@ -10,7 +10,8 @@
 //! that a runtime like cnitool never sends.
 //!
 //! **One deadline per verb.** `delegateTimeoutSeconds` bounds all of a verb's plugin runs
-//! together, a failed ADD's rollback and a DEL's second list included: the caller starts one
+//! together, a failed ADD's rollback and a DEL's second list included (a DEL run again after its
+//! delegate went away runs until the end of the DEL's budget: [`Deadline::until`]): the caller starts one
 //! [`Deadline`] when the verb's waits are over and hands it to every run (the runtime gives the
 //! verb a deadline of its own, kubelet's StopPodSandbox two minutes, and bounds that add up per
 //! plugin or per list would pass it, so the runtime would kill the guard mid-teardown and the

@@ -104,11 +104,6 @@ impl Error {
         Error::new(Kind::Delegate { code, stdout }, msg)
     }
 
-    /// The agent's command line was wrong. The message points at `--help`.
-    pub fn usage(message: impl Into<String>) -> Self {
-        Error::new(Kind::Usage, format!("{}; see --help", message.into()))
-    }
-
     pub fn kind(&self) -> &Kind {
         &self.kind
     }
@@ -125,14 +120,6 @@ impl Error {
     /// The CNI error code on `verb`.
     pub fn code(&self, verb: Command) -> u32 {
         self.kind.code(verb)
-    }
-
-    /// The agent's exit code: 2 for a wrong command line, 1 for everything else.
-    pub fn exit_code(&self) -> i32 {
-        match self.kind {
-            Kind::Usage => 2,
-            _ => 1,
-        }
     }
 
     /// The bytes for stdout: the spec's error structure in `cni_version`, with the code for
@@ -232,13 +219,5 @@ mod tests {
             }
             assert_eq!(kind.code(Status), status, "{kind:?} on STATUS");
         }
-    }
-
-    #[test]
-    fn operator_exit_codes() {
-        let e = Error::usage("--x needs a value");
-        assert_eq!(e.msg(), "--x needs a value; see --help");
-        assert_eq!(e.exit_code(), 2);
-        assert_eq!(Error::new(Kind::Io, "m").exit_code(), 1);
     }
 }

@@ -227,7 +227,7 @@ fn cluster_network_recursion(conf: &NetworkConfig, own_type: &str) -> Option<Pro
 
 /// Opens without blocking or following into devices, checks it is a regular file, reads it.
 /// Returns the bytes and the file's mode.
-fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
+pub(crate) fn read_regular(path: &Path) -> Result<(Vec<u8>, u32), Problem> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)

@@ -266,8 +266,9 @@ impl Store {
         let mut errors = Vec::new();
         for (id, ifname) in records.iter().filter(|r| !valid.contains(r)) {
             let name = file_name(id, ifname).expect("list() names attachments only");
-            if self.try_lock(&name, Instant::now()).is_ok() {
-                errors.extend(self.remove(id, ifname).err());
+            match self.try_lock(&name, Instant::now()) {
+                Err(e) if *e.kind() == Kind::Busy => {}
+                locked => errors.extend(locked.and_then(|()| self.remove(id, ifname)).err()),
             }
         }
         errors

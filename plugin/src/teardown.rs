@@ -82,9 +82,9 @@ pub(crate) fn del(req: &Request, cfg: &GuardConfig, ctx: &mut Ctx) -> Result<Don
 }
 
 /// Runs every list's DEL in turn, whatever the one before did, under one deadline; while a
-/// delegate went away during its run ([`Seen`]), waits for it and runs them all again, until
-/// `end` (the verb's budget), the run again with at least a quarter of `delegateTimeoutSeconds`.
-/// Past it: 11, for the runtime to retry with the record kept.
+/// delegate went away during its run ([`Seen`]), waits for it and runs them all again, at most
+/// [`RERUNS`] times and until `end` (the verb's budget), the run again with at least a quarter of
+/// `delegateTimeoutSeconds`. Past either: 11, for the runtime to retry with the record kept.
 fn run_trusted(
     req: &Request,
     cfg: &GuardConfig,
@@ -94,7 +94,7 @@ fn run_trusted(
 ) -> Result<()> {
     let (mut deadline, mut reruns) = (Deadline::start(cfg), 0);
     loop {
-        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c)).collect();
+        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c, reruns)).collect();
         let (mut after, mut result) = (runs.iter().map(|(l, _)| l.plugins.len()).sum(), Ok(()));
         for (list, run_cfg) in runs {
             after -= list.plugins.len();
@@ -116,10 +116,10 @@ fn run_trusted(
         let (id, ifname) = (&req.container_id, &req.ifname);
         ctx.warnings.push(format!("DEL of {id}/{ifname}: {gone}: that run's result is not trusted; waiting for it to come back to run the DEL again"));
         let wait = end.saturating_duration_since(Instant::now() + cfg.delegate_timeout / 4);
-        if wait.is_zero() || !wait_ready(req, run_cfg, wait, ctx).ready() {
+        if reruns == RERUNS || wait.is_zero() || !wait_ready(req, run_cfg, wait, ctx).ready() {
             ctx.reason = Some("delegate-went-away");
-            let msg = format!("cni-guard: {gone} and was not back within the DEL's budget: not torn down for sure, the record stays");
-            let why = "lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds bound a DEL; the runtime retries it";
+            let msg = format!("cni-guard: {gone} and was not back for good within the DEL's budget: not torn down for sure");
+            let why = "lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds bound a DEL, run again at most 3 times; the record, if any, stays, and the runtime retries";
             return Err(Error::new(Kind::NotReady, msg).with_details(why));
         }
         (deadline, reruns) = (Deadline::until(end), reruns + 1);
@@ -134,7 +134,11 @@ fn run_trusted(
 /// only when what it depended on is still there, the same, at its end. Watched for the
 /// delegate a configuration names (the guard's, or the per-pod primary), not for a record of a
 /// file since replaced, which no configuration names.
-struct Seen(Vec<(PathBuf, Option<Vec<u8>>, bool)>);
+struct Seen(Vec<(PathBuf, Option<Vec<u8>>, bool)>, usize);
+
+/// The most runs again of one DEL: a delegate that goes away during every run is not waited
+/// for without end.
+const RERUNS: usize = 3;
 
 /// What a path holds now: the delegate file's bytes (written again with the same bytes, it is
 /// the same configuration); for a socket, that it is there (a daemon that stopped removed it, or
@@ -142,12 +146,13 @@ struct Seen(Vec<(PathBuf, Option<Vec<u8>>, bool)>);
 fn id(p: &Path, socket: bool) -> Option<Vec<u8>> {
     match socket {
         true => p.exists().then(Vec::new),
-        false => std::fs::read(p).ok(),
+        false => crate::netconf::read_regular(p).ok().map(|(raw, _)| raw),
     }
 }
 
 impl Seen {
-    fn now(list: &NetworkConfig, run_cfg: &GuardConfig) -> Option<Seen> {
+    /// `reruns`: how many runs came before; a run again starts with the delegate ready.
+    fn now(list: &NetworkConfig, run_cfg: &GuardConfig, reruns: usize) -> Option<Seen> {
         let sockets = run_cfg.sockets.iter().map(|p| (p, true));
         let seen = std::iter::once((&list.path, false))
             .chain(sockets)
@@ -155,16 +160,19 @@ impl Seen {
                 let accepts = socket && sys::unix_socket_accepts(p).is_ok();
                 (p.clone(), id(p, socket), accepts)
             });
-        (list.path == run_cfg.delegate).then(|| Seen(seen.collect()))
+        (list.path == run_cfg.delegate).then(|| Seen(seen.collect(), reruns))
     }
 
     /// What went away since (`its file was removed`); `None` when nothing did. What was not
-    /// there at the start (a DEL run after the wait with the delegate still away) is not judged.
+    /// there at the start of a first run (a DEL run after the wait with the delegate still
+    /// away) is not judged; at the start of a run again, which the delegate's return started,
+    /// it had gone away already.
     fn went_away(&self) -> Option<String> {
         for (i, (path, was, accepted)) in self.0.iter().enumerate() {
             let refuses = || *accepted && sys::unix_socket_accepts(path).is_err();
             let how = match (was, id(path, i > 0)) {
-                (None, _) => continue,
+                (None, _) if self.1 == 0 => continue,
+                (None, _) => "removed",
                 (Some(_), None) => "removed",
                 (Some(a), Some(b)) if *a != b => "replaced",
                 _ if refuses() => "no longer accepting connections",

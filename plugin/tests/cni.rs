@@ -984,7 +984,7 @@ mod del {
         let msg = e["msg"].as_str().unwrap();
         assert!(
             msg.contains("went away while its DEL ran (its file was removed)")
-                && msg.contains("the record stays"),
+                && msg.contains("not torn down for sure"),
             "{e}"
         );
         // It waited for the delegate, within the budget (0 + 0.5 + 2 s).
@@ -1001,6 +1001,45 @@ mod del {
             ["multus-shim ADD", "multus-shim DEL", "multus-shim DEL"]
         );
         assert!(fx.cache_files().is_empty());
+    }
+
+    /// A delegate that goes away during every run (its file replaced by another configuration
+    /// each time) is run again at most three times, then the DEL fails with 11, keeping the
+    /// record: never a loop until the budget ends.
+    #[test]
+    fn a_delegate_that_goes_away_during_every_run_is_run_again_three_times() {
+        let fx = Fx::new();
+        let file = fx.delegate_path();
+        let count = fx.path("fake/count");
+        // Re-arms itself for the next call, and writes the file with other bytes each time.
+        let once = format!(
+            "n=$(( $(cat '{c}' 2>/dev/null || echo 0) + 1 )); echo $n > '{c}'\n\
+             printf '{{\"cniVersion\":\"1.0.0\",\"name\":\"multus-net\",\"type\":\"multus-shim\",\"n\":%s}}' $n > '{f}.new' && mv '{f}.new' '{f}'\n\
+             cp \"$0\" \"${{0%.ran}}.once\"\n",
+            c = count.display(),
+            f = file.display()
+        );
+        let conf = recorded_with_del_hook(&fx, json!({"waitSeconds": 20}), &once);
+        let start = Instant::now();
+        let e = fx.run("DEL", &conf).error(11);
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{:?}",
+            start.elapsed()
+        );
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("went away while its DEL ran (its file was replaced)")
+                && msg.contains("not torn down for sure"),
+            "{e}"
+        );
+        let dels = fx
+            .calls()
+            .iter()
+            .filter(|c| *c == "multus-shim DEL")
+            .count();
+        assert_eq!(dels, 4, "{:?}", fx.calls());
+        assert_eq!(fx.cache_files().len(), 1, "the record stays");
     }
 
     /// The daemon's socket: gone during the run, or there and no longer accepting (a daemon

@@ -19,7 +19,7 @@
 #
 #   incident-summary kubernetes=.. containerd=.. multus=.. primary=.. layout=.. guard=.. pods=N full=F
 #     bare=B teardown_failures=T notready_s=X recovery_s=Y refused=R failed_sandboxes=S
-#     unknown_s=U held=H
+#     unknown_s=U held=H went_away=W
 #
 #   teardown_failures  churn pod deletions whose sandbox teardown failed at least once: the
 #                      deleted pods' sandbox ids (crictl, just before the deletion) in kubelet's
@@ -40,6 +40,9 @@
 #   failed_sandboxes   every sandbox whose network teardown failed at least once in the run
 #                      (kubelet's "failed to destroy network for sandbox" lines), pods that never
 #                      started included
+#   went_away          the guard's DELs answered 11 because their delegate went away while they
+#                      ran (Multus SIGTERMed with the DEL inside it) and it did not wait for it
+#                      (per-pod awareness does not wait there), for kubelet's retry
 #
 # Every Multus restart must open a window: a 00-multus.conf still there 12 s after the pod's
 # deletion fails the run (no window, nothing measured).
@@ -294,6 +297,10 @@ notready=$(seconds_not_true "$W/ready-polls")
 unknown=$(seconds_unknown "$W/ready-polls")
 refused=$(guard_refusals "$guard_from")
 held=$(guard_holds "$guard_from")
+# DELs the guard answered 11 because their delegate went away while they ran and it did not
+# wait for it (per-pod awareness), for kubelet's retry.
+went_away=$(tail -c +"$((guard_from + 1))" "$guard_log" |
+  awk '/cni-guard\[[0-9]+\]: verb=DEL .* decision=refused .*went away while its DEL ran/ { n++ } END { print n + 0 }')
 # Pod deletions whose sandbox teardown failed: the sandboxes of the pods delete_some deleted that
 # appear in kubelet's "failed to destroy network for sandbox" lines (the pod worker names the pod,
 # the garbage collector and the StopPodSandbox call only the sandbox). Every sandbox whose
@@ -337,4 +344,4 @@ PY
   )
   perpod_fields=" plain=$plain plain_in_windows=$in_windows plain_delay_s=$delay window_s=$window"
 fi
-echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version primary=$(cat "$CLUSTER_DIR/primary") layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held$perpod_fields"
+echo "incident-summary kubernetes=$k8s_version containerd=$ctrd_version multus=$multus_version primary=$(cat "$CLUSTER_DIR/primary") layout=$LAYOUT guard=$GUARD pods=$pods full=$full bare=$bare teardown_failures=$teardown notready_s=$notready recovery_s=$recovery refused=$refused failed_sandboxes=$(wc -l <"$W/failed-sandboxes") unknown_s=$unknown held=$held went_away=$went_away$perpod_fields"

@@ -1,7 +1,7 @@
 //! DEL: tearing an attachment down, in plain steps, with what was recorded at its ADD.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cni::{primary_config, wait_ready, Ctx, Done};
 use crate::config::GuardConfig;
@@ -115,11 +115,19 @@ fn run_trusted(
         let gone = format!("delegate {path} went away while its DEL ran ({what})");
         let (id, ifname) = (&req.container_id, &req.ifname);
         ctx.warnings.push(format!("DEL of {id}/{ifname}: {gone}: that run's result is not trusted; waiting for it to come back to run the DEL again"));
+        // With per-pod awareness no wait: containerd runs no CNI call while one from before a
+        // reload of its configuration (the delegate's file gone) is under way, so a DEL waiting
+        // here would hold every pod start on the node, plain pods' too, until the delegate is back.
         let wait = end.saturating_duration_since(Instant::now() + cfg.delegate_timeout / 4);
+        let wait = if cfg.per_pod.is_some() {
+            Duration::ZERO
+        } else {
+            wait
+        };
         if reruns == RERUNS || wait.is_zero() || !wait_ready(req, run_cfg, wait, ctx).ready() {
             ctx.reason = Some("delegate-went-away");
-            let msg = format!("cni-guard: {gone} and was not back for good within the DEL's budget: not torn down for sure");
-            let why = "lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds bound a DEL, run again at most 3 times; the record, if any, stays, and the runtime retries";
+            let msg = format!("cni-guard: {gone}: not torn down for sure");
+            let why = "a DEL waits for its delegate within lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds (not with perPodPrimary) and runs again at most 3 times; the record, if any, stays, and the runtime retries";
             return Err(Error::new(Kind::NotReady, msg).with_details(why));
         }
         (deadline, reruns) = (Deadline::until(end), reruns + 1);

@@ -1003,6 +1003,32 @@ mod del {
         assert!(fx.cache_files().is_empty());
     }
 
+    /// With per-pod awareness the DEL does not wait for a delegate that went away: waiting in
+    /// the runtime would hold every pod start on the node (plain pods' too) behind it. It fails
+    /// at once with 11, keeping the record, for the runtime's retry.
+    #[test]
+    fn with_per_pod_awareness_a_del_whose_delegate_went_away_fails_at_once() {
+        let fx = Fx::new();
+        let once = format!("rm -f '{}'\n", fx.delegate_path().display());
+        let keys = json!({"waitSeconds": 20, "perPodPrimary": fx.path("primary.conflist")});
+        let conf = recorded_with_del_hook(&fx, keys, &once);
+        let start = Instant::now();
+        let e = fx.run("DEL", &conf).error(11);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            e["msg"].as_str().unwrap().contains(
+                "went away while its DEL ran (its file was removed): not torn down for sure"
+            ),
+            "{e}"
+        );
+        assert_eq!(fx.calls(), ["multus-shim ADD", "multus-shim DEL"]);
+        assert_eq!(fx.cache_files().len(), 1, "the record stays");
+    }
+
     /// A delegate that goes away during every run (its file replaced by another configuration
     /// each time) is run again at most three times, then the DEL fails with 11, keeping the
     /// record: never a loop until the budget ends.

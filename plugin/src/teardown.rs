@@ -94,7 +94,7 @@ fn run_trusted(
 ) -> Result<()> {
     let (mut deadline, mut reruns) = (Deadline::start(cfg), 0);
     loop {
-        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c, reruns)).collect();
+        let seen: Vec<Option<Seen>> = runs.iter().map(|(l, c)| Seen::now(l, c)).collect();
         let (mut after, mut result) = (runs.iter().map(|(l, _)| l.plugins.len()).sum(), Ok(()));
         for (list, run_cfg) in runs {
             after -= list.plugins.len();
@@ -127,7 +127,7 @@ fn run_trusted(
         if reruns == RERUNS || wait.is_zero() || !wait_ready(req, run_cfg, wait, ctx).ready() {
             ctx.reason = Some("delegate-went-away");
             let msg = format!("cni-guard: {gone}: not torn down for sure");
-            let why = "a DEL waits for its delegate within lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds (not with perPodPrimary) and runs again at most 3 times; the record, if any, stays, and the runtime retries";
+            let why = "a DEL waits for its delegate within lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds (not with perPodPrimary) and runs again at most 10 times; the record, if any, stays, and the runtime retries";
             return Err(Error::new(Kind::NotReady, msg).with_details(why));
         }
         (deadline, reruns) = (Deadline::until(end), reruns + 1);
@@ -142,11 +142,12 @@ fn run_trusted(
 /// only when what it depended on is still there, the same, at its end. Watched for the
 /// delegate a configuration names (the guard's, or the per-pod primary), not for a record of a
 /// file since replaced, which no configuration names.
-struct Seen(Vec<(PathBuf, Option<Vec<u8>>, bool)>, usize);
+struct Seen(Vec<(PathBuf, Option<Vec<u8>>, bool)>);
 
 /// The most runs again of one DEL: a delegate that goes away during every run is not waited
-/// for without end.
-const RERUNS: usize = 3;
+/// for without end (ten: the reboot race's flapper, which rewrites the file twenty times a
+/// second, leaves a DEL about one chance in three to end while the file is away).
+const RERUNS: usize = 10;
 
 /// What a path holds now: the delegate file's bytes (written again with the same bytes, it is
 /// the same configuration); for a socket, that it is there (a daemon that stopped removed it, or
@@ -159,8 +160,7 @@ fn id(p: &Path, socket: bool) -> Option<Vec<u8>> {
 }
 
 impl Seen {
-    /// `reruns`: how many runs came before; a run again starts with the delegate ready.
-    fn now(list: &NetworkConfig, run_cfg: &GuardConfig, reruns: usize) -> Option<Seen> {
+    fn now(list: &NetworkConfig, run_cfg: &GuardConfig) -> Option<Seen> {
         let sockets = run_cfg.sockets.iter().map(|p| (p, true));
         let seen = std::iter::once((&list.path, false))
             .chain(sockets)
@@ -168,19 +168,16 @@ impl Seen {
                 let accepts = socket && sys::unix_socket_accepts(p).is_ok();
                 (p.clone(), id(p, socket), accepts)
             });
-        (list.path == run_cfg.delegate).then(|| Seen(seen.collect(), reruns))
+        (list.path == run_cfg.delegate).then(|| Seen(seen.collect()))
     }
 
     /// What went away since (`its file was removed`); `None` when nothing did. What was not
-    /// there at the start of a first run (a DEL run after the wait with the delegate still
-    /// away) is not judged; at the start of a run again, which the delegate's return started,
-    /// it had gone away already.
+    /// there at the start (a DEL run after the wait with the delegate still away) is not judged.
     fn went_away(&self) -> Option<String> {
         for (i, (path, was, accepted)) in self.0.iter().enumerate() {
             let refuses = || *accepted && sys::unix_socket_accepts(path).is_err();
             let how = match (was, id(path, i > 0)) {
-                (None, _) if self.1 == 0 => continue,
-                (None, _) => "removed",
+                (None, _) => continue,
                 (Some(_), None) => "removed",
                 (Some(a), Some(b)) if *a != b => "replaced",
                 _ if refuses() => "no longer accepting connections",

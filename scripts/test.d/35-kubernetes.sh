@@ -47,6 +47,14 @@ stage_done "release build, waiting for the node lock"
 # The cluster belongs to this run: a cluster left up by a killed run is not taken for ours
 # (scripts/cluster.sh up removes it and makes a new one).
 export CLUSTER_OWNER_PID=$$
+# Under the lock, a cluster already there is a leftover of a killed run (its daemons run in
+# sessions of their own and outlive it): its kubelet changed the kernel settings and its
+# sandboxes wrote libcni's cache, so it goes before the snapshots below are taken (down puts
+# back the settings it saved when it came up). Taken with it there, "before" would be its.
+if [ -e "$CLUSTER_DIR" ] || [ -e /run/netns/cni-guard-k8s ]; then
+  echo "35-kubernetes: a cluster left by a killed run is there: removing it first" >&2
+  scripts/cluster.sh down
+fi
 # What the node writes outside its folder, as it was before: libcni's cache and the kernel
 # settings kubelet changes (scripts/cluster.sh sysctls).
 mapfile -t results_before < <(ls -A /var/lib/cni/results 2>/dev/null | sort)
@@ -72,7 +80,7 @@ finish() {
   local_results=$(comm -13 <(printf '%s\n' "${results_before[@]}") <(ls -A /var/lib/cni/results 2>/dev/null | sort) | sed '/^$/d')
   [ -z "$local_results" ] || left+=("libcni cache entries in /var/lib/cni/results: $(tr '\n' ' ' <<<"$local_results")")
   [ "$(sysctl -n "${sysctls[@]}")" = "$sysctls_before" ] ||
-    left+=("kernel settings changed: $(paste -d= <(printf '%s\n' "${sysctls[@]}") <(sysctl -n "${sysctls[@]}") | tr '\n' ' ')")
+    left+=("kernel settings changed (before -> after): $(paste -d' ' <(printf '%s\n' "${sysctls[@]}") <(printf '%s\n' "$sysctls_before") <(sysctl -n "${sysctls[@]}") | awk '$2 != $3 { printf "%s=%s->%s ", $1, $2, $3 }')")
   if [ ${#left[@]} -gt 0 ]; then
     echo "35-kubernetes: FAIL: left behind: ${left[*]}" >&2
     rc=1

@@ -14,7 +14,7 @@
 #   --multus-namespace NS    where Multus's DaemonSet is [kube-system]
 #   --multus-daemonset NAME  its name [kube-multus-ds]
 #
-# What it does, with kubectl only:
+# What it does, with kubectl (and python3 for reading its JSON):
 #   1. checks that the guard's pod on NODE is Ready (the guard is installed and ADD would proceed);
 #   2. keeps Multus off NODE: a node affinity on Multus's DaemonSet that excludes NODE (its pods
 #      on the other nodes restart once for the changed template, one at a time, as the

@@ -332,6 +332,12 @@ for line in ("COPY . .", "RUN sh deploy/image/build.sh /out", "FROM scratch",
              "COPY --from=build /out/cni-guard /cni-guard",
              "COPY --from=build /out/cni-guard-agent /cni-guard-agent", 'ENTRYPOINT ["/cni-guard-agent"]'):
     want(re.search("^" + re.escape(line) + "$", cf, re.M), f"no line {line!r}")
+# Without --build-arg the build gets the ARG's default: empty (the agent then says `commit
+# unknown`) or a commit id; anything else fails the agent's build.rs.
+arg = re.search(r"^ARG CNI_GUARD_COMMIT(?:=(\S*))?$", cf, re.M)
+want(arg, "no line ARG CNI_GUARD_COMMIT")
+want(not arg[1] or re.fullmatch(r"[0-9a-fA-F]{12,64}", arg[1]),
+     f"ARG CNI_GUARD_COMMIT={arg[1]}: a build without --build-arg would fail (not empty, not a commit id)")
 ignore = [l.strip().rstrip("/") for l in open(".dockerignore") if l.strip() and not l.startswith("#")]
 files = subprocess.run(["git", "ls-files", "-z"], capture_output=True, check=True).stdout.decode().split("\0")
 kept = 0

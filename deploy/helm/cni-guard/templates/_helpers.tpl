@@ -46,7 +46,7 @@ image.tag is empty).
 */}}
 {{- define "cni-guard.image" -}}
 {{- if not .Values.image.repository }}
-{{- fail "image.repository is not set: this chart has no default image (none is published for it). Build the image (scripts/build-image.sh release), push it to your registry and set image.repository=REGISTRY/cni-guard with image.digest=sha256:... (the digest the build prints) or image.tag. README.md, Quick start." }}
+{{- fail "image.repository is not set: this chart has no default image (none is published for it). Build the image (docker build -f deploy/image/Containerfile, or scripts/build-image.sh release), push it to your registry and set image.repository=REGISTRY/cni-guard with image.digest=sha256:... (the digest the push prints) or image.tag. README.md, Quick start." }}
 {{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}

@@ -28,7 +28,10 @@
 #                                     # foreground; the node's builds (etcd, Multus, Kubernetes,
 #                                     # then Cilium, Helm, promtool, the VM image) go on in the
 #                                     # background at nice 19, logged to
-#                                     # $CNI_GUARD_GO_CACHE/setup-background.log
+#                                     # $CNI_GUARD_GO_CACHE/setup-background.log. The first
+#                                     # three need Go alone: they start before apt (whose
+#                                     # downloads leave the cores idle); the others wait for
+#                                     # the packages (clang, mmdebstrap, ...)
 #   scripts/setup.sh --wait cluster   # waits for etcd, Multus and Kubernetes (builds them here
 #                                     # when no background build is there), checks them
 #   scripts/setup.sh --wait           # the same for everything
@@ -498,6 +501,7 @@ rest_builds() {
 LOCKS=$CNI_GUARD_GO_CACHE
 BG_LOG=$CNI_GUARD_GO_CACHE/setup-background.log # the background build's output
 BG_STATUS=$CNI_GUARD_GO_CACHE/setup-background.status # cluster=RC / rest=RC, as each ends
+BASE_DONE=$CNI_GUARD_GO_CACHE/.setup-base.done # the foreground's packages are in (--background)
 
 # group FUNCTION: FUNCTION in a subshell of its own that stops at its first failure and removes
 # the wrapper modules it made.
@@ -556,6 +560,8 @@ start_background() {
   : >"$BG_LOG"
   echo 0 >"$BG_LOG.shown"
   : >"$BG_STATUS"
+  rm -f "$BASE_DONE"
+  local setup_pid=$$
   (
     renice -n 19 -p "$BASHPID" >/dev/null
     exec </dev/null >>"$BG_LOG" 2>&1
@@ -563,6 +569,15 @@ start_background() {
     group cluster_builds
     echo "cluster=$?" >>"$BG_STATUS"
     exec 8>&- # 35-kubernetes.sh may go on
+    # The rest needs the apt packages: it waits for the foreground's base phase.
+    while [ ! -e "$BASE_DONE" ]; do
+      if ! kill -0 "$setup_pid" 2>/dev/null; then
+        echo "setup: the foreground setup.sh ended before its packages were in: the rest is not built"
+        echo "rest=1" >>"$BG_STATUS"
+        exit 1
+      fi
+      sleep 1
+    done
     group rest_builds
     echo "rest=$?" >>"$BG_STATUS"
   ) &
@@ -579,10 +594,11 @@ case $mode in
     locked rest rest_builds
     ;;
   background)
-    base_phase
     go_init
-    runtime_builds
     start_background
+    base_phase
+    touch "$BASE_DONE"
+    runtime_builds
     ;;
   wait)
     go_init

@@ -31,7 +31,7 @@
 # and exits 0; on any miss it says what and exits 1.
 set -euo pipefail
 
-NODE= NS=default IMAGE=busybox:1.36 HOLD=20 NETWORK= MULTUS_NS=kube-system MULTUS_DS=kube-multus-ds
+NODE='' NS=default IMAGE=busybox:1.36 HOLD=20 NETWORK='' MULTUS_NS=kube-system MULTUS_DS=kube-multus-ds
 while [ $# -gt 0 ]; do
   case $1 in
     --node) NODE=$2; shift ;;
@@ -80,17 +80,22 @@ WORK=$(mktemp -d)
 original_affinity=$("$K" -n "$MULTUS_NS" get daemonset "$MULTUS_DS" -o jsonpath='{.spec.template.spec.affinity}')
 echo "$original_affinity" >"$WORK/affinity"
 
+# Multus's DaemonSet's affinity as it was before the test (none: removed).
+put_back_affinity() {
+  if [ -s "$WORK/affinity" ]; then
+    "$K" -n "$MULTUS_NS" patch daemonset "$MULTUS_DS" --type=json \
+      -p "[{\"op\":\"replace\",\"path\":\"/spec/template/spec/affinity\",\"value\":$(cat "$WORK/affinity")}]" >/dev/null
+  else
+    "$K" -n "$MULTUS_NS" patch daemonset "$MULTUS_DS" --type=json \
+      -p '[{"op":"remove","path":"/spec/template/spec/affinity"}]' >/dev/null
+  fi
+}
 restore() {
   local rc=$?
   trap - EXIT INT TERM
   if [ -e "$WORK/excluded" ]; then
-    if [ -s "$WORK/affinity" ]; then
-      "$K" -n "$MULTUS_NS" patch daemonset "$MULTUS_DS" --type=json \
-        -p "[{\"op\":\"replace\",\"path\":\"/spec/template/spec/affinity\",\"value\":$(cat "$WORK/affinity")}]" >/dev/null
-    else
-      "$K" -n "$MULTUS_NS" patch daemonset "$MULTUS_DS" --type=json \
-        -p '[{"op":"remove","path":"/spec/template/spec/affinity"}]' >/dev/null
-    fi && say "Multus's DaemonSet put back as it was" || { say "could not put Multus's DaemonSet back: do it by hand"; rc=1; }
+    if put_back_affinity; then say "Multus's DaemonSet put back as it was"
+    else say "could not put Multus's DaemonSet back: do it by hand"; rc=1; fi
   fi
   "$K" -n "$NS" delete pod "$POD" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   [ -n "$NETWORK" ] || "$K" -n "$NS" delete network-attachment-definition cni-guard-hold-test --ignore-not-found >/dev/null 2>&1 || true
@@ -186,13 +191,7 @@ fi
 # --- Multus back ---------------------------------------------------------------------------------
 back=$SECONDS
 restore_now() {
-  if [ -s "$WORK/affinity" ]; then
-    "$K" -n "$MULTUS_NS" patch daemonset "$MULTUS_DS" --type=json \
-      -p "[{\"op\":\"replace\",\"path\":\"/spec/template/spec/affinity\",\"value\":$(cat "$WORK/affinity")}]" >/dev/null
-  else
-    "$K" -n "$MULTUS_NS" patch daemonset "$MULTUS_DS" --type=json \
-      -p '[{"op":"remove","path":"/spec/template/spec/affinity"}]' >/dev/null
-  fi
+  put_back_affinity
   rm -f "$WORK/excluded"
 }
 restore_now

@@ -7,7 +7,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The first 12 hex digits of the commit built, or `unknown`.
 pub const COMMIT: &str = env!("CNI_GUARD_BUILD_COMMIT");
 
-/// `cni-guard-agent --version`'s line: `cni-guard-agent 0.3.0 (commit 0123456789ab)`.
+/// `cni-guard-agent --version`'s line: `cni-guard-agent 0.4.0-dev (commit 0123456789ab)`.
 pub fn version_line() -> String {
     format!("cni-guard-agent {VERSION} (commit {COMMIT})")
 }

@@ -190,11 +190,8 @@ fi
 
 # --- Multus back ---------------------------------------------------------------------------------
 back=$SECONDS
-restore_now() {
-  put_back_affinity
-  rm -f "$WORK/excluded"
-}
-restore_now
+put_back_affinity
+rm -f "$WORK/excluded"
 say "Multus's DaemonSet put back as it was; waiting for $POD"
 "$K" -n "$NS" wait --for=condition=Ready --timeout=300s "pod/$POD" >/dev/null ||
   fail "$POD is not Ready within 300 s of Multus's return"

@@ -127,7 +127,7 @@ fn run_trusted(
         if reruns == RERUNS || wait.is_zero() || !wait_ready(req, run_cfg, wait, ctx).ready() {
             ctx.reason = Some("delegate-went-away");
             let msg = format!("cni-guard: {gone}: not torn down for sure");
-            let why = "a DEL waits for its delegate within lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds (not with perPodPrimary) and runs again at most 10 times; the record, if any, stays, and the runtime retries";
+            let why = format!("a DEL waits for its delegate within lockWaitSeconds + delWaitSeconds + delegateTimeoutSeconds (not with perPodPrimary) and runs again at most {RERUNS} times; the record, if any, stays, and the runtime retries");
             return Err(Error::new(Kind::NotReady, msg).with_details(why));
         }
         (deadline, reruns) = (Deadline::until(end), reruns + 1);

@@ -21,6 +21,20 @@
 #                                      (FILE `guard`: deploy/multus-cilium for this node;
 #                                      `guard-uninstall`: deploy/uninstall for this node)
 #   scripts/cluster.sh sysctls  the kernel settings `up` saves and `down` puts back (one a line)
+#   scripts/cluster.sh nodes    one line a node: INDEX NAME ADDRESS FOLDER (its folders on the host)
+#   scripts/cluster.sh in-node I COMMAND...   COMMAND in node I's namespaces
+#
+# CLUSTER_NODES=N (1 to 9, default 1) brings up N nodes (with CLUSTER_PRIMARY=bridge): node 1 as
+# below, with the control plane in its network namespace; node I > 1 in a network namespace of
+# its own (cni-guard-k8s-I, address 10.77.0.(I+1)), a mount and UTS namespace of its own where
+# the node's folder is $CLUSTER_DIR/nodeI bind-mounted at $CLUSTER_DIR/node (so every node runs
+# the same manifests and configs; its own /etc/machine-id and hostname), its own cgroups
+# (cni-guard-k8s-I), containerd, kubelet and guard-syslog (logs/nodeI/). The nodes reach each
+# other and the host over the host's bridge cgk8s-br (10.77.0.1); each node's pods get
+# 10.88.I.0/24 from the bridge primary, and every node routes the others' through them, so a pod
+# reaches a pod on another node over eth0. CLUSTER_NODE_INDEX=I makes containerd-restart and
+# reboot act on node I (default 1). What is still shared with the host: /var/lib/cni/results
+# (libcni's cache, keyed by sandbox id) and the kernel.
 #
 # Everything runs in one network namespace, the node ($NETNS, address $NODE_IP; the host reaches
 # it over a veth at $HOST_IP), from binaries built by scripts/setup.sh (scripts/versions.sh):
@@ -72,18 +86,47 @@ REPO=$PWD
 . scripts/versions.sh
 
 CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
-NODE=$CLUSTER_DIR/node # the node's private file system folders
-NETNS=cni-guard-k8s
-NETNS_PATH=/run/netns/$NETNS
-VETH_HOST=cgk8s-host # host side; the node side is eth0
+# The node's private file system folders, as every node's daemons see them. Node 1 (with the
+# control plane in its network namespace) has them there on the host too; node I > 1 has them
+# in $CLUSTER_DIR/nodeI on the host, bind-mounted at $NODE in a mount namespace of its own
+# (select_node), so that one manifest's hostPaths, one containerd config and one kubelet config
+# serve every node. $NODE_HOST is where the host finds the selected node's.
+NODE=$CLUSTER_DIR/node
 HOST_IP=10.77.0.1
-NODE_IP=10.77.0.2
-NODE_NAME=cni-guard-node
+CP_IP=10.77.0.2 # the control plane's address: node 1's
 SERVICE_CIDR=10.96.0.0/16
 API_SERVICE_IP=10.96.0.1 # the `kubernetes` Service; DNAT to the API server (no kube-proxy)
-POD_SUBNET=10.88.0.0/16  # 05-cilium.conflist (bridge cni-guard0 + host-local)
+CLUSTER_POD_SUBNET=10.88.0.0/16 # every node's pods (05-cilium.conflist: bridge cni-guard0 + host-local)
 NET1_SUBNET=10.99.0.0/24 # the NetworkAttachmentDefinition (macvlan on net1-parent)
-CGROUP=cni-guard-k8s     # kubelet's cgroupRoot; the daemons in $CGROUP/daemons
+BRIDGE=cgk8s-br # with several nodes: the host's bridge between them (at $HOST_IP)
+# CLUSTER_NODES=N: N nodes (default 1), each a network namespace, a mount namespace (I > 1), a
+# containerd and a kubelet of its own; the control plane runs once, in node 1's namespace. A
+# running cluster's count is in $CLUSTER_DIR/nodes.
+NODES=${CLUSTER_NODES:-$(cat "$CLUSTER_DIR/nodes" 2>/dev/null || echo 1)}
+[[ $NODES =~ ^[1-9]$ ]] || { echo "cluster: CLUSTER_NODES is 1 to 9, not $NODES" >&2; exit 2; }
+# select_node I: the variables of node I. Node 1 keeps the names of the one-node cluster.
+#   NODE_HOST   its folders on the host          NETNS, NETNS_PATH  its network namespace
+#   NODE_IP     its address (eth0)               NODE_NAME          its Kubernetes name
+#   VETH_HOST   the host end of its eth0         CGROUP             kubelet's cgroupRoot; its
+#   NODE_TAG    "" or "nodeI/": its logs/ and pids/ sub-folder         daemons in $CGROUP/daemons
+#   POD_SUBNET  its pods' addresses (the bridge stand-in's host-local range)
+select_node() {
+  NODE_INDEX=$1
+  if [ "$1" = 1 ]; then
+    NODE_HOST=$NODE NETNS=cni-guard-k8s VETH_HOST=cgk8s-host NODE_NAME=cni-guard-node
+    CGROUP=cni-guard-k8s NODE_TAG=
+  else
+    NODE_HOST=$CLUSTER_DIR/node$1 NETNS=cni-guard-k8s-$1 VETH_HOST=cgk8s-host$1
+    NODE_NAME=cni-guard-node$1 CGROUP=cni-guard-k8s-$1 NODE_TAG=node$1/
+  fi
+  NETNS_PATH=/run/netns/$NETNS
+  NODE_IP=10.77.0.$(($1 + 1))
+  if [ "$NODES" = 1 ]; then POD_SUBNET=$CLUSTER_POD_SUBNET; else POD_SUBNET=10.88.$1.0/24; fi
+  GUARD_SYSLOG=$NODE/run/cni-guard-syslog.sock
+  CILIUM_BPFFS=$NODE/sys/fs/bpf
+}
+select_node "${CLUSTER_NODE_INDEX:-1}"
+[ "$NODE_INDEX" -le "$NODES" ] || { echo "cluster: CLUSTER_NODE_INDEX $NODE_INDEX: the cluster has $NODES nodes" >&2; exit 2; }
 TIMEOUT=${CLUSTER_TIMEOUT:-180}
 # The seed's layout (default), or the one before its fix: Cilium's 05-cilium.conflist in the
 # conf dir containerd reads, and Multus's multusAutoconfigDir that same folder (no guard then).
@@ -134,7 +177,6 @@ esac
 CILIUM_RUN=/run/cilium
 CILIUM_RUN_MARK=$CILIUM_RUN/.cni-guard-cluster-node
 CILIUM_SOCK=$CILIUM_RUN/cilium.sock
-CILIUM_BPFFS=$NODE/sys/fs/bpf
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
 LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler guard-syslog containerd kubelet)
@@ -142,7 +184,7 @@ DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler guard-syslog
 # to every plugin it runs, and guard-syslog writes each datagram the guard sends as one line of
 # logs/guard-syslog.log ("<14>cni-guard[PID]: verb=ADD ... decision=refused code=11 ...").
 # libcni drops a failing plugin's stderr, so without it a refusal leaves no line of the guard's.
-GUARD_SYSLOG=$NODE/run/cni-guard-syslog.sock
+# Its socket is $GUARD_SYSLOG (select_node).
 GUARD_SYSLOG_SINK='
 import os, socket, sys
 path = sys.argv[1]
@@ -169,16 +211,28 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 kubectl() { "$KUBERNETES_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
-in_node() { nsenter --net="$NETNS_PATH" -- "$@"; }
+# NS_ARGS: nsenter's arguments for the selected node's namespaces (network; for node I > 1 also
+# its mount and UTS namespaces, held by its node-ns process: start_node_ns).
+set_ns_args() {
+  NS_ARGS=(--net="$NETNS_PATH")
+  [ "$NODE_INDEX" != 1 ] || return 0
+  local h
+  h=$(pid_of node-ns)
+  [ -n "$h" ] || die "$NODE_NAME: the process holding its mount namespace (node-ns) does not run"
+  NS_ARGS+=(--mount="/proc/$h/ns/mnt" --uts="/proc/$h/ns/uts")
+}
+in_node() { set_ns_args; nsenter "${NS_ARGS[@]}" -- "$@"; }
+# A path as the selected node sees it ($NODE/...) -> where the host finds it.
+host_path() { echo "$NODE_HOST${1#"$NODE"}"; }
 crictl() {
-  local c=$CLUSTER_DIR/crictl.yaml
+  local c=$CLUSTER_DIR/${NODE_TAG%/}${NODE_TAG:+-}crictl.yaml
   [ -f "$c" ] || printf 'runtime-endpoint: unix://%s\ntimeout: 20\n' \
-    "$NODE/run/containerd/containerd.sock" >"$c"
+    "$NODE_HOST/run/containerd/containerd.sock" >"$c"
   "$CRICTL_BIN/crictl" --config "$c" "$@"
 }
 # ctr warns on every call that cgroup v1 is deprecated; that line is dropped.
 ctr() {
-  "$CONTAINERD2_BIN/ctr" --address "$NODE/run/containerd/containerd.sock" "$@" 2> >(grep -v 'DEPRECATION: The support for cgroup v1' >&2)
+  "$CONTAINERD2_BIN/ctr" --address "$NODE_HOST/run/containerd/containerd.sock" "$@" 2> >(grep -v 'DEPRECATION: The support for cgroup v1' >&2)
 }
 
 # wait_for WHAT COMMAND...: runs COMMAND every second until it succeeds, at most $TIMEOUT s.
@@ -208,8 +262,8 @@ owner_alive() {
   [ -n "$rec" ] && [ "$(process_id "${rec%% *}")" = "$rec" ]
 }
 
-pid_of() { # NAME -> the pid of a running daemon this script started, or nothing
-  local f=$CLUSTER_DIR/pids/$1.pid p
+pid_of() { # NAME -> the pid of a running daemon this script started (on the selected node), or nothing
+  local f=$CLUSTER_DIR/pids/$NODE_TAG$1.pid p
   [ -f "$f" ] || return 0
   p=$(cat "$f")
   # The pid file is ours; the process must still be the one we started (same binary).
@@ -217,23 +271,60 @@ pid_of() { # NAME -> the pid of a running daemon this script started, or nothing
 }
 
 # --- processes ---------------------------------------------------------------------------------
-# start NAME COMMAND...: runs COMMAND in the node's network namespace, in its own session, in the
-# cgroup $CGROUP/daemons (so that `down` finds it and everything it forks: shims, containers),
-# stdout and stderr to logs/NAME.log.
+# start NAME COMMAND...: runs COMMAND in the selected node's namespaces (set_ns_args), in its own
+# session, in the cgroup $CGROUP/daemons (so that `down` finds it and everything it forks: shims,
+# containers), stdout and stderr to logs/${NODE_TAG}NAME.log.
 start() {
-  local name=$1 pid
+  local name=$1 pid log=$CLUSTER_DIR/logs/$NODE_TAG$1.log
   shift
-  say "starting $name"
-  # setsid and nsenter --net exec in place: $! is the daemon's pid. Descriptor 9 (a caller's
+  say "starting $name${NODE_TAG:+ on $NODE_NAME}"
+  set_ns_args
+  mkdir -p "$CLUSTER_DIR/logs/$NODE_TAG" "$CLUSTER_DIR/pids/$NODE_TAG"
+  # setsid and nsenter exec in place: $! is the daemon's pid. Descriptor 9 (a caller's
   # lock, as in scripts/test.d/35-kubernetes.sh) is not handed down.
   # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
-  setsid nsenter --net="$NETNS_PATH" -- /bin/sh -c '
+  setsid nsenter "${NS_ARGS[@]}" -- /bin/sh -c '
     for c in /sys/fs/cgroup/*/'"$CGROUP"'/daemons; do echo $$ >"$c/cgroup.procs" || exit 1; done
-    exec "$@"' "$name" "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 9>&- &
+    exec "$@"' "$name" "$@" </dev/null >>"$log" 2>&1 9>&- &
   pid=$!
-  echo "$pid" >"$CLUSTER_DIR/pids/$name.pid"
+  echo "$pid" >"$CLUSTER_DIR/pids/$NODE_TAG$name.pid"
   sleep 0.2
-  [ -d "/proc/$pid" ] || { tail -n 20 "$CLUSTER_DIR/logs/$name.log" >&2; die "$name exited at once"; }
+  [ -d "/proc/$pid" ] || { tail -n 20 "$log" >&2; die "$name exited at once"; }
+}
+
+# Node I > 1: the process that holds its mount and UTS namespaces. There $NODE is the host's
+# $NODE_HOST, bind-mounted in the same peer group (made shared here): what the node's containerd
+# and kubelet mount below it (network namespaces, pod volumes) shows on the host, and what the
+# host unmounts there (a reboot) goes in the node too; $CLUSTER_DIR itself is a slave there, so
+# that bind does not reach the host. /etc/machine-id (a bind of the node's own) and the hostname
+# are the node's. In the node's network namespace and its daemons' cgroup: down's kill takes it,
+# and its namespaces go with it.
+start_node_ns() {
+  [ "$NODE_INDEX" != 1 ] || return 0
+  # A peer group of its own (a bind inside the shared $CLUSTER_DIR would join $CLUSTER_DIR's).
+  mountpoint -q "$NODE_HOST" || mount --bind "$NODE_HOST" "$NODE_HOST"
+  mount --make-private "$NODE_HOST"
+  mount --make-shared "$NODE_HOST"
+  mkdir -p "$NODE_HOST/etc" "$CLUSTER_DIR/logs/$NODE_TAG" "$CLUSTER_DIR/pids/$NODE_TAG"
+  [ -s "$NODE_HOST/etc/machine-id" ] || { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; echo; } >"$NODE_HOST/etc/machine-id"
+  rm -f "$NODE_HOST/.node-ns-ready"
+  say "starting node-ns ($NODE_NAME's mount namespace)"
+  # shellcheck disable=SC2016 # the inner shell's arguments
+  setsid nsenter --net="$NETNS_PATH" -- unshare --mount --uts --propagation unchanged -- /bin/sh -c '
+    set -e
+    for c in /sys/fs/cgroup/*/"$5"/daemons; do echo $$ >"$c/cgroup.procs"; done
+    mount --make-slave "$1"
+    mount --bind "$2" "$3"
+    if [ -e /etc/machine-id ]; then
+      mount --make-slave "$(findmnt -no TARGET -T /etc/machine-id)"
+      mount --bind "$3/etc/machine-id" /etc/machine-id
+    fi
+    hostname "$4"
+    touch "$3/.node-ns-ready"
+    while :; do sleep 3600; done' node-ns "$CLUSTER_DIR" "$NODE_HOST" "$NODE" "$NODE_NAME" "$CGROUP" \
+    </dev/null >>"$CLUSTER_DIR/logs/${NODE_TAG}node-ns.log" 2>&1 9>&- &
+  echo "$!" >"$CLUSTER_DIR/pids/${NODE_TAG}node-ns.pid"
+  wait_for "$NODE_NAME's mount namespace (logs/${NODE_TAG}node-ns.log)" test -e "$NODE_HOST/.node-ns-ready"
 }
 
 # stop NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 10).
@@ -251,7 +342,7 @@ stop() {
     say "$name did not stop in ${grace}s: SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
   fi
-  rm -f "$CLUSTER_DIR/pids/$name.pid"
+  rm -f "$CLUSTER_DIR/pids/$NODE_TAG$name.pid"
 }
 
 # Every process in the node's cgroups (daemons, shims, pods' processes).
@@ -315,11 +406,24 @@ unmount_all() {
 }
 
 # --- network -----------------------------------------------------------------------------------
+# The selected node's network namespace, its eth0 at $NODE_IP (to the host; with several nodes
+# through the host's bridge $BRIDGE, which make_bridge made) and, for node I > 1, its mount
+# namespace (start_node_ns).
+make_bridge() {
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$HOST_IP/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+}
 make_network() {
   ip netns add "$NETNS"
   ip link add "$VETH_HOST" type veth peer name eth0 netns "$NETNS"
-  ip addr add "$HOST_IP/24" dev "$VETH_HOST"
+  if [ "$NODES" = 1 ]; then
+    ip addr add "$HOST_IP/24" dev "$VETH_HOST"
+  else
+    ip link set "$VETH_HOST" master "$BRIDGE"
+  fi
   ip link set "$VETH_HOST" up
+  start_node_ns
   in_node ip link set lo up
   in_node ip addr add "$NODE_IP/24" dev eth0
   in_node ip link set eth0 up
@@ -332,10 +436,15 @@ make_network() {
   # No kube-proxy: the `kubernetes` Service address leads to the API server, from pods (through
   # the bridge: PREROUTING) and from host-network pods and the node itself (OUTPUT).
   in_node iptables -t nat -A PREROUTING -d "$API_SERVICE_IP/32" -p tcp --dport 443 \
-    -j DNAT --to-destination "$NODE_IP:6443"
+    -j DNAT --to-destination "$CP_IP:6443"
   in_node iptables -t nat -A OUTPUT -d "$API_SERVICE_IP/32" -p tcp --dport 443 \
-    -j DNAT --to-destination "$NODE_IP:6443"
+    -j DNAT --to-destination "$CP_IP:6443"
   in_node sysctl -qw net.ipv4.ip_forward=1
+  # Several nodes: the other nodes' pods through their node (native routing, as Cilium's).
+  local j
+  for ((j = 1; j <= NODES; j++)); do
+    [ "$NODES" = 1 ] || [ "$j" = "$NODE_INDEX" ] || in_node ip route add "10.88.$j.0/24" via "10.77.0.$((j + 1))"
+  done
 }
 
 remove_network() {
@@ -344,6 +453,9 @@ remove_network() {
   fi
   # The host end goes with its peer; remove it if the namespace went some other way.
   if ip link show "$VETH_HOST" >/dev/null 2>&1; then ip link del "$VETH_HOST" || true; fi
+}
+remove_bridge() {
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
 }
 
 # --- certificates and kubeconfigs --------------------------------------------------------------
@@ -377,9 +489,9 @@ kubeconfig() { # NAME USER: kubeconfigs/NAME for the client certificate pki/USER
 apiVersion: v1
 kind: Config
 clusters:
-  - name: $NETNS
+  - name: cni-guard-k8s
     cluster:
-      server: https://$NODE_IP:6443
+      server: https://$CP_IP:6443
       certificate-authority: $p/ca.crt
 users:
   - name: $2
@@ -387,9 +499,9 @@ users:
       client-certificate: $p/$2.crt
       client-key: $p/$2.key
 contexts:
-  - name: $NETNS
-    context: {cluster: $NETNS, user: $2}
-current-context: $NETNS
+  - name: cni-guard-k8s
+    context: {cluster: cni-guard-k8s, user: $2}
+current-context: cni-guard-k8s
 EOF
 }
 
@@ -399,21 +511,27 @@ make_pki() {
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$p/ca.key" -out "$p/ca.crt" -days 30 \
     -subj "/CN=cni-guard-cluster-ca" -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
-  cert apiserver kube-apiserver "" "IP:127.0.0.1,IP:$NODE_IP,IP:$API_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert apiserver kube-apiserver "" "IP:127.0.0.1,IP:$CP_IP,IP:$API_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin admin system:masters
   cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
   cert controller-manager system:kube-controller-manager
   cert scheduler system:kube-scheduler
-  cert kubelet "system:node:$NODE_NAME" system:nodes
-  cert kubelet-serving "$NODE_NAME" "" "IP:$NODE_IP,DNS:$NODE_NAME"
+  local i
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    cert "kubelet$(kubelet_id)" "system:node:$NODE_NAME" system:nodes
+    cert "kubelet-serving$(kubelet_id)" "$NODE_NAME" "" "IP:$NODE_IP,DNS:$NODE_NAME"
+    kubeconfig "kubelet$(kubelet_id)" "kubelet$(kubelet_id)"
+  done
+  select_node 1
   openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
   openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
   chmod 600 "$p"/*.key
   kubeconfig admin admin
   kubeconfig controller-manager controller-manager
   kubeconfig scheduler scheduler
-  kubeconfig kubelet kubelet
 }
+kubelet_id() { [ "$NODE_INDEX" = 1 ] || echo "$NODE_INDEX"; } # the suffix of its pki and kubeconfig
 
 # --- images ------------------------------------------------------------------------------------
 # oci_image NAME ROOTFS ENTRYPOINT_JSON OUT: a one-layer OCI layout tarball, in the format of
@@ -480,9 +598,10 @@ import_images() {
 }
 
 # --- configuration files -----------------------------------------------------------------------
+# The selected node's (written where the host finds them, naming the paths the node sees).
 write_configs() {
-  mkdir -p "$NODE/etc/containerd" "$NODE/etc/kubernetes"
-  cat >"$NODE/etc/containerd/config.toml" <<EOF
+  mkdir -p "$NODE_HOST/etc/containerd" "$NODE_HOST/etc/kubernetes"
+  cat >"$NODE_HOST/etc/containerd/config.toml" <<EOF
 # containerd $CONTAINERD2_VERSION for the node of scripts/cluster.sh: nothing shared with the host's.
 version = 3
 root = "$NODE/var/lib/containerd"
@@ -529,7 +648,7 @@ disabled_plugins = [
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
 EOF
-  cat >"$NODE/etc/kubernetes/kubelet.yaml" <<EOF
+  cat >"$NODE_HOST/etc/kubernetes/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$NODE/run/containerd/containerd.sock
@@ -542,8 +661,8 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-tlsCertFile: $CLUSTER_DIR/pki/kubelet-serving.crt
-tlsPrivateKeyFile: $CLUSTER_DIR/pki/kubelet-serving.key
+tlsCertFile: $CLUSTER_DIR/pki/kubelet-serving$(kubelet_id).crt
+tlsPrivateKeyFile: $CLUSTER_DIR/pki/kubelet-serving$(kubelet_id).key
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
@@ -565,7 +684,7 @@ EOF
   # own struct, which keeps only cniVersion, name and each plugin's type and ipam.type, so every
   # DEL fails in host-local ("plugin type="bridge" failed (delete): no IP ranges specified",
   # with "ranges" or "subnet", cniVersion 1.0.0 or 0.4.0) and the pod's lease stays on disk.
-  cat >"$CLUSTER_DIR/05-cilium.conflist" <<EOF
+  cat >"$(primary_src)" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "cilium",
@@ -585,6 +704,11 @@ EOF
 }
 EOF
 }
+
+# The bridge stand-in's 05-cilium.conflist of the selected node (its pods' range), as written
+# (write_configs), to be copied into the primary's folder (up, a reboot's stand-in agent); the
+# host's path, which the node's processes see too.
+primary_src() { if [ "$NODE_INDEX" = 1 ]; then echo "$CLUSTER_DIR/05-cilium.conflist"; else echo "$NODE_HOST/05-cilium.conflist"; fi; }
 
 # The agent's folder as Multus's container mounts it: the host's /run/cilium with the real
 # Cilium; with the bridge stand-in a folder of the node's (nothing on the host is made for it).
@@ -711,7 +835,7 @@ launch_cilium() {
     --state-dir="$CILIUM_RUN" --socket-path="$CILIUM_SOCK" --lib-dir="$CILIUM_LIB" \
     --bpf-root="$CILIUM_BPFFS" --cgroup-root=/sys/fs/cgroup/unified \
     --ipam=kubernetes --k8s-require-ipv4-pod-cidr=true --enable-ipv4=true --enable-ipv6=false \
-    --routing-mode=native --ipv4-native-routing-cidr="$POD_SUBNET" \
+    --routing-mode=native --ipv4-native-routing-cidr="$CLUSTER_POD_SUBNET" \
     --enable-ipv4-masquerade=false \
     --kube-proxy-replacement=false --enable-l7-proxy=false \
     --enable-health-checking=false --enable-endpoint-health-checking=false \
@@ -723,16 +847,16 @@ launch_cilium() {
 # --- the node's own daemons (also started again by containerd-restart and reboot) ---------------
 start_guard_syslog() {
   start guard-syslog python3 -c "$GUARD_SYSLOG_SINK" "$GUARD_SYSLOG"
-  wait_for "the guard's syslog socket (logs/guard-syslog.log)" test -S "$GUARD_SYSLOG"
+  wait_for "the guard's syslog socket (logs/${NODE_TAG}guard-syslog.log)" test -S "$(host_path "$GUARD_SYSLOG")"
 }
 start_containerd() {
   start containerd env PATH="$CONTAINERD2_BIN:$PATH" CNI_GUARD_SYSLOG="$GUARD_SYSLOG" \
     "$CONTAINERD2_BIN/containerd" --config "$NODE/etc/containerd/config.toml"
-  wait_for "containerd (logs/containerd.log)" ctr version
+  wait_for "containerd (logs/${NODE_TAG}containerd.log)" ctr version
 }
 start_kubelet() {
   start kubelet "$KUBERNETES_BIN/kubelet" --config="$NODE/etc/kubernetes/kubelet.yaml" \
-    --kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --root-dir="$NODE/var/lib/kubelet" \
+    --kubeconfig="$CLUSTER_DIR/kubelet$(kubelet_id).kubeconfig" --root-dir="$NODE/var/lib/kubelet" \
     --cert-dir="$NODE/var/lib/kubelet/pki" --hostname-override="$NODE_NAME" \
     --node-ip="$NODE_IP" --v=2
 }
@@ -786,7 +910,7 @@ reboot_node() {
     *) die "CLUSTER_REBOOT_PODS is cri or kill, not $CLUSTER_REBOOT_PODS" ;;
   esac
   stop containerd 15
-  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15} memory="^$NODE/(run|var/lib/kubelet/pods|sys/fs/bpf)(/|\$)"
+  local pids i m grace=${CLUSTER_REBOOT_GRACE:-15} memory="^$NODE_HOST/(run|var/lib/kubelet/pods|sys/fs/bpf)(/|\$)"
   for i in TERM KILL; do
     # (the primary's agent, a node process here, with the pods)
     pids=$(node_pids; pid_of cilium-agent; pid_of primary-standin)
@@ -808,18 +932,18 @@ reboot_node() {
   if mounts_below | grep -qE "$memory"; then
     die "reboot: mounts left: $(mounts_below | grep -E "$memory" | tr '\n' ' ')"
   fi
-  rm -rf "${NODE:?}"/run/*
-  mkdir -p "$NODE"/run/{containerd,multus}
+  rm -rf "${NODE_HOST:?}"/run/*
+  mkdir -p "$NODE_HOST"/run/{containerd,multus}
   if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
   in_node ip link del cni-guard0 2>/dev/null || true
   in_node ip link del cilium_host 2>/dev/null || true # (and its peer cilium_net)
   if [ "$etc_cni" = tmpfs ]; then
-    rm -rf "${NODE:?}"/etc/cni
-    mkdir -p "$NODE"/etc/cni/{net.d,multus/net.d}
+    rm -rf "${NODE_HOST:?}"/etc/cni
+    mkdir -p "$NODE_HOST"/etc/cni/{net.d,multus/net.d}
   fi
   say "node down: /run wiped, pods' network namespaces gone, /etc/cni on $etc_cni; booting"
   start_guard_syslog
-  date +%s%3N >"$CLUSTER_DIR/boot-ms"
+  date +%s%3N >"$CLUSTER_DIR/${NODE_TAG%/}${NODE_TAG:+-}boot-ms"
   start_containerd
   start_kubelet
   restore_sysctls
@@ -861,16 +985,23 @@ launch_primary_standin() { # SECONDS
   # shellcheck disable=SC2016 # the inner shell's arguments
   start primary-standin /bin/sh -c 'sleep "$1" && mkdir -p "$3" &&
     cp "$2" "$3/.05-cilium.conflist.tmp" && mv -f "$3/.05-cilium.conflist.tmp" "$3/05-cilium.conflist" &&
-    echo "wrote $3/05-cilium.conflist" && exec sleep 2147483647' primary-standin "$1" "$CLUSTER_DIR/05-cilium.conflist" "$dir"
+    echo "wrote $3/05-cilium.conflist" && exec sleep 2147483647' primary-standin "$1" "$(primary_src)" "$dir"
 }
 
 # The processes of the node's pods and their shims: the pods' cgroups (kubelet's cgroupRoot,
 # not the daemons') and every containerd-shim serving this node's containerd.
+# (Every node's shims name the same address, as each node sees it: those of the selected node are
+# the ones in its mount namespace.)
 node_pids() {
+  local mnt p h
+  if [ "$NODE_INDEX" = 1 ]; then mnt=$(readlink "/proc/$$/ns/mnt")
+  else h=$(pid_of node-ns); mnt=${h:+$(readlink "/proc/$h/ns/mnt")}; fi
   {
     find /sys/fs/cgroup/*/"$CGROUP" -path "*/$CGROUP/daemons" -prune -o -name cgroup.procs -print0 2>/dev/null |
       xargs -0r cat 2>/dev/null || true
-    pgrep -f "containerd-shim-runc-v2 .*-address $NODE/run/containerd/containerd.sock" || true
+    for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $NODE/run/containerd/containerd.sock" || true); do
+      [ "$(readlink "/proc/$p/ns/mnt" 2>/dev/null)" != "$mnt" ] || echo "$p"
+    done
   } | sort -un
 }
 
@@ -901,17 +1032,22 @@ need_binaries() {
 
 apiserver_ready() {
   curl -sf --cacert "$CLUSTER_DIR/pki/ca.crt" --cert "$CLUSTER_DIR/pki/admin.crt" \
-    --key "$CLUSTER_DIR/pki/admin.key" "https://$NODE_IP:6443/readyz" >/dev/null
+    --key "$CLUSTER_DIR/pki/admin.key" "https://$CP_IP:6443/readyz" >/dev/null
 }
 
 is_up() {
-  local d daemons=("${DAEMONS[@]}")
+  local d daemons=("${DAEMONS[@]}") i up=0
   if [ "$(cat "$CLUSTER_DIR/node-kind" 2>/dev/null)" = none ]; then daemons=("${DAEMONS[@]:0:4}"); fi
   for d in "${daemons[@]}"; do [ -n "$(pid_of "$d")" ] || return 1; done
   if [ "$(cat "$CLUSTER_DIR/primary" 2>/dev/null)" = cilium ]; then
     [ -n "$(pid_of cilium-agent)" ] || return 1
   fi
-  apiserver_ready
+  for ((i = 2; i <= NODES; i++)); do
+    select_node "$i"
+    for d in node-ns "${DAEMONS[@]:4}"; do [ -n "$(pid_of "$d")" ] || up=1; done
+  done
+  select_node 1
+  [ "$up" = 0 ] && apiserver_ready
 }
 
 up() {
@@ -930,14 +1066,25 @@ up() {
     say "a partial cluster is there: removing it first"
     down
   fi
+  # (The count asked for now, not a leftover's.)
+  NODES=${CLUSTER_NODES:-1}
+  if [ "$NODES" != 1 ] && { [ "$PRIMARY" != bridge ] || [ "$NODE_KIND" != netns ]; }; then
+    die "CLUSTER_NODES=$NODES: several nodes run with CLUSTER_PRIMARY=bridge and CLUSTER_NODE=netns only"
+  fi
   need_binaries
   trap 'failed' EXIT
   trap 'exit 130' INT TERM
-  local t0=$SECONDS
+  local t0=$SECONDS i
 
-  mkdir -p "$CLUSTER_DIR"/{logs,pids,tmp} "$NODE"/etc/cni/{net.d,multus/net.d} \
-    "$NODE"/opt/cni/bin "$NODE"/var/lib/{kubelet,containerd,cni} "$NODE"/run/{containerd,multus} \
-    "$NODE"/var/log/pods
+  mkdir -p "$CLUSTER_DIR"/{logs,pids,tmp}
+  echo "$NODES" >"$CLUSTER_DIR/nodes"
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    mkdir -p "$NODE_HOST"/etc/cni/{net.d,multus/net.d} "$NODE_HOST"/opt/cni/bin \
+      "$NODE_HOST"/var/lib/{kubelet,containerd,cni} "$NODE_HOST"/run/{containerd,multus} \
+      "$NODE_HOST"/var/log/pods
+  done
+  select_node 1
   process_id "$owner" >"$OWNER_FILE"
   [ -s "$OWNER_FILE" ] || die "the owner pid $owner does not run (CLUSTER_OWNER_PID)"
   # Its own mount, shared: mounts made below it later (netns files, pod volumes) reach the
@@ -946,24 +1093,33 @@ up() {
   mount --make-rshared "$CLUSTER_DIR"
   local s
   for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$CLUSTER_DIR/sysctl.saved"
-  make_cgroups
-  make_network
+  [ "$NODES" = 1 ] || make_bridge
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    make_cgroups
+    make_network
+  done
+  select_node 1
   make_pki
-  write_configs
-  cp "$CNI_PLUGINS_BIN"/* "$NODE/opt/cni/bin/"
-  cp "$GUARD_BIN" "$NODE/opt/cni/bin/cni-guard"
   echo "$PRIMARY" >"$CLUSTER_DIR/primary"
   primary_conf_dir >"$CLUSTER_DIR/primary-conf-dir"
-  if [ "$PRIMARY" = cilium ]; then
-    cp "$CILIUM_BIN/cilium-cni" "$NODE/opt/cni/bin/"
-  else
-    cp "$CLUSTER_DIR/05-cilium.conflist" "$(primary_conf_dir)/"
-  fi
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    write_configs
+    cp "$CNI_PLUGINS_BIN"/* "$NODE_HOST/opt/cni/bin/"
+    cp "$GUARD_BIN" "$NODE_HOST/opt/cni/bin/cni-guard"
+    if [ "$PRIMARY" = cilium ]; then
+      cp "$CILIUM_BIN/cilium-cni" "$NODE_HOST/opt/cni/bin/"
+    else
+      cp "$(primary_src)" "$(host_path "$(primary_conf_dir)")/"
+    fi
+  done
+  select_node 1
 
   local p=$CLUSTER_DIR/pki kcm_cidrs=()
   # Cilium's IPAM `kubernetes` takes the node's podCIDR, which kube-controller-manager allocates.
   if [ "$PRIMARY" = cilium ]; then
-    kcm_cidrs=(--allocate-node-cidrs=true --cluster-cidr="$POD_SUBNET" --node-cidr-mask-size=24)
+    kcm_cidrs=(--allocate-node-cidrs=true --cluster-cidr="$CLUSTER_POD_SUBNET" --node-cidr-mask-size=24)
   fi
   # No fsync: a throw-away test store on a disk shared with other builds.
   start etcd "$ETCD_BIN/etcd" --name "$NODE_NAME" --data-dir "$CLUSTER_DIR/etcd" \
@@ -972,7 +1128,7 @@ up() {
     --initial-cluster "$NODE_NAME=http://127.0.0.1:2380" --unsafe-no-fsync --log-level warn
   start kube-apiserver "$KUBERNETES_BIN/kube-apiserver" \
     --etcd-servers=http://127.0.0.1:2379 \
-    --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port=6443 \
+    --advertise-address="$CP_IP" --bind-address=0.0.0.0 --secure-port=6443 \
     --cert-dir="$CLUSTER_DIR/apiserver" \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
     --client-ca-file="$p/ca.crt" \
@@ -1004,17 +1160,24 @@ up() {
   echo "$NODE_KIND" >"$CLUSTER_DIR/node-kind"
   if [ "$NODE_KIND" = none ]; then
     trap - EXIT INT TERM
-    say "control plane up in $((SECONDS - t0))s at $NODE_IP (API https://$NODE_IP:6443), no node; images in $CLUSTER_DIR/images"
+    say "control plane up in $((SECONDS - t0))s at $CP_IP (API https://$CP_IP:6443), no node; images in $CLUSTER_DIR/images"
     echo "KUBECONFIG=$KUBECONFIG_ADMIN"
     return 0
   fi
   # containerd finds its shim in PATH: its own, not Debian's 1.6 shim in /usr/bin (that one
   # fails with "start failed: io.containerd.runc.v2: type with url <id>: not found").
-  start_guard_syslog
-  start_containerd
-  import_images
-  start_kubelet
-  wait_for "node $NODE_NAME to register (logs/kubelet.log)" kubectl get node "$NODE_NAME"
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    start_guard_syslog
+    start_containerd
+    import_images
+    start_kubelet
+  done
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    wait_for "node $NODE_NAME to register (logs/${NODE_TAG}kubelet.log)" kubectl get node "$NODE_NAME"
+  done
+  select_node 1
   restore_sysctls
   if [ "$PRIMARY" = cilium ]; then start_cilium; fi
 
@@ -1026,20 +1189,36 @@ up() {
     kubectl wait --for=condition=Established --timeout=60s \
       crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
     manifest net1-nad.yaml | kubectl apply -f - >/dev/null
-    wait_for "Multus's 00-multus.conf" test -s "$NODE/etc/cni/net.d/00-multus.conf"
+    for ((i = 1; i <= NODES; i++)); do
+      select_node "$i"
+      wait_for "Multus's 00-multus.conf on $NODE_NAME" test -s "$NODE_HOST/etc/cni/net.d/00-multus.conf"
+    done
+    select_node 1
     if [ "$GUARD" != 0 ]; then
       say "deploying cni-guard (deploy/multus-cilium) in front of Multus"
       guard_manifest | kubectl apply -f - >/dev/null
       kubectl -n cni-guard rollout status daemonset/cni-guard --timeout="${TIMEOUT}s" >/dev/null
-      wait_for "the guard's 00-cni-guard.conflist" test -s "$NODE/etc/cni/net.d/00-cni-guard.conflist"
+      for ((i = 1; i <= NODES; i++)); do
+        select_node "$i"
+        wait_for "the guard's 00-cni-guard.conflist on $NODE_NAME" test -s "$NODE_HOST/etc/cni/net.d/00-cni-guard.conflist"
+      done
+      select_node 1
     fi
   fi
-  kubectl wait --for=condition=Ready --timeout="${TIMEOUT}s" "node/$NODE_NAME" >/dev/null ||
-    die "node $NODE_NAME is not Ready: $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')"
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    kubectl wait --for=condition=Ready --timeout="${TIMEOUT}s" "node/$NODE_NAME" >/dev/null ||
+      die "node $NODE_NAME is not Ready: $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')"
+  done
+  select_node 1
   # Again: kubelet may set its kernel tunables after it registers (container manager start).
   restore_sysctls
   trap - EXIT INT TERM
-  say "up in $((SECONDS - t0))s: node $NODE_NAME Ready at $NODE_IP (API https://$NODE_IP:6443)"
+  if [ "$NODES" = 1 ]; then
+    say "up in $((SECONDS - t0))s: node $NODE_NAME Ready at $NODE_IP (API https://$CP_IP:6443)"
+  else
+    say "up in $((SECONDS - t0))s: $NODES nodes Ready, $NODE_NAME..cni-guard-node$NODES at 10.77.0.2..$((NODES + 1)) (API https://$CP_IP:6443)"
+  fi
   echo "KUBECONFIG=$KUBECONFIG_ADMIN"
 }
 
@@ -1062,7 +1241,7 @@ failed() {
   local rc=$? f
   trap - EXIT
   say "up failed (exit $rc); the last lines of each log:"
-  for f in "$CLUSTER_DIR"/logs/*.log "$NODE"/var/log/pods/*/*/*.log; do
+  for f in "$CLUSTER_DIR"/logs/*.log "$CLUSTER_DIR"/logs/*/*.log "$NODE"/var/log/pods/*/*/*.log; do
     [ -f "$f" ] || continue
     echo "--- ${f#"$CLUSTER_DIR"/}" >&2
     tail -n 15 "$f" >&2
@@ -1077,25 +1256,38 @@ failed() {
 }
 
 down() {
-  local ids=() id d
-  if [ -n "$(pid_of kubelet)" ]; then stop kubelet 15; fi
-  if [ -n "$(pid_of containerd)" ]; then
-    # Pods go through CNI DEL while containerd still runs, kube-system's (Multus) last so that
-    # the others' DEL reaches it; the sandbox ids name libcni's cache.
-    mapfile -t ids < <({ crictl pods -q 2>/dev/null | grep -vxF -f <(crictl pods -q --namespace kube-system 2>/dev/null; echo -) || true
-      crictl pods -q --namespace kube-system 2>/dev/null || true; })
-    for id in "${ids[@]}"; do
-      crictl stopp "$id" >/dev/null 2>&1 || say "stopping sandbox $id failed"
-      crictl rmp -f "$id" >/dev/null 2>&1 || say "removing sandbox $id failed"
-    done
-    stop containerd 15
-  fi
+  local ids=() node_ids=() id d i
+  # Every node there may be (a partial cluster's count is not known), node 1's last.
+  for ((i = 9; i >= 1; i--)); do
+    select_node "$i"
+    if [ -n "$(pid_of kubelet)" ]; then stop kubelet 15; fi
+    if [ -n "$(pid_of containerd)" ]; then
+      # Pods go through CNI DEL while containerd still runs, kube-system's (Multus) last so that
+      # the others' DEL reaches it; the sandbox ids name libcni's cache.
+      mapfile -t node_ids < <({ crictl pods -q 2>/dev/null | grep -vxF -f <(crictl pods -q --namespace kube-system 2>/dev/null; echo -) || true
+        crictl pods -q --namespace kube-system 2>/dev/null || true; })
+      for id in "${node_ids[@]}"; do
+        crictl stopp "$id" >/dev/null 2>&1 || say "stopping sandbox $id on $NODE_NAME failed"
+        crictl rmp -f "$id" >/dev/null 2>&1 || say "removing sandbox $id on $NODE_NAME failed"
+      done
+      ids+=("${node_ids[@]}")
+      stop containerd 15
+    fi
+    stop guard-syslog
+    stop primary-standin 1
+  done
+  select_node 1
   stop cilium-agent 20
   if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
-  for d in guard-syslog kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
-  kill_cgroup
-  remove_cgroups
-  remove_network
+  for d in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
+  for ((i = 9; i >= 1; i--)); do
+    select_node "$i"
+    kill_cgroup
+    remove_cgroups
+    remove_network
+  done
+  select_node 1
+  remove_bridge
   unmount_all
   restore_sysctls
   # What kubelet and libcni write outside the folder they are given. libcni's cache keeps an
@@ -1117,13 +1309,19 @@ down() {
 }
 
 status() {
-  local d pid
-  for d in "${DAEMONS[@]}" cilium-agent; do
-    pid=$(pid_of "$d")
-    if [ -n "$pid" ]; then printf '%-24s running (pid %s)\n' "$d" "$pid"
-    else printf '%-24s not running\n' "$d"; fi
+  local d pid i
+  for ((i = 1; i <= NODES; i++)); do
+    select_node "$i"
+    local daemons=("${DAEMONS[@]:4}")
+    if [ "$i" = 1 ]; then daemons=("${DAEMONS[@]}" cilium-agent); else daemons=(node-ns "${daemons[@]}"); fi
+    for d in "${daemons[@]}"; do
+      pid=$(pid_of "$d")
+      if [ -n "$pid" ]; then printf '%-24s running (pid %s)\n' "$NODE_TAG$d" "$pid"
+      else printf '%-24s not running\n' "$NODE_TAG$d"; fi
+    done
+    [ -e "$NETNS_PATH" ] && echo "network namespace $NETNS_PATH" || echo "no network namespace $NETNS_PATH"
   done
-  [ -e "$NETNS_PATH" ] && echo "network namespace $NETNS_PATH" || echo "no network namespace"
+  select_node 1
   if apiserver_ready 2>/dev/null; then
     echo "KUBECONFIG=$KUBECONFIG_ADMIN"
     kubectl get nodes -o wide
@@ -1135,7 +1333,7 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | status | cilium | containerd-restart | reboot) [ "$(id -u)" = 0 ] || die "needs root" ;;
+  up | down | status | cilium | containerd-restart | reboot | in-node) [ "$(id -u)" = 0 ] || die "needs root" ;;
 esac
 case "${1:-}" in
   up) up ;;
@@ -1148,12 +1346,20 @@ case "${1:-}" in
     case "${2:-}" in
       stop)
         stop cilium-agent 20
-        if [ "${3:-}" = --uninstall ]; then rm -f "$(primary_conf_dir)/05-cilium.conflist"; fi ;;
+        if [ "${3:-}" = --uninstall ]; then rm -f "$(host_path "$(primary_conf_dir)")/05-cilium.conflist"; fi ;;
       start) [ -z "$(pid_of cilium-agent)" ] || die "the agent runs"; start_cilium ;;
       *) die "cilium stop [--uninstall] | start" ;;
     esac ;;
   status) status ;;
   sysctls) printf '%s\n' "${SYSCTLS[@]}" ;; # the kernel settings up saves and down puts back
+  nodes) # one line a node: INDEX NAME ADDRESS FOLDER (where the host finds the node's folders)
+    for ((i = 1; i <= NODES; i++)); do select_node "$i"; echo "$i $NODE_NAME $NODE_IP $NODE_HOST"; done ;;
+  in-node) # I COMMAND...: COMMAND in node I's namespaces (network; mount and UTS for I > 1)
+    [[ ${2:-} =~ ^[1-9]$ ]] && [ "$2" -le "$NODES" ] || die "in-node I COMMAND...: I is 1 to $NODES"
+    select_node "$2"
+    shift 2
+    set_ns_args
+    exec nsenter "${NS_ARGS[@]}" -- "$@" ;;
   manifest)
     case "${2:-}" in
       guard) guard_manifest ;;

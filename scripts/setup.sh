@@ -90,7 +90,7 @@ if [ "$(id -u)" != 0 ]; then
   [ -x "$CNITOOL" ] || command -v cnitool >/dev/null || say "not root: cnitool is not installed"
   for b in "$CONTAINERD2_BIN/containerd" "$CRICTL_BIN/crictl" "$CNITOOL_GO_BIN/cnitool" \
            "$CNI_PLUGINS_BIN/bridge" "$ETCD_BIN/etcd" "$MULTUS_BIN/multus-daemon" \
-           "$KUBERNETES_BIN/kubelet" "$CILIUM_BIN/cilium-agent" "$CILIUM_BIN/cilium-cni"; do
+           "$KUBERNETES_BIN/kubelet" "$CILIUM_BIN/cilium-agent" "$CILIUM_BIN/cilium-cni" "$RELOADER_BIN/reloader"; do
     [ -x "$b" ] || say "not root: $b is not built"
   done
   say "not root: root-only suites will skip"
@@ -361,6 +361,28 @@ wrapped_component() {
   wrapper_mod "$work" "$module" "$version" "$@"
   GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
 }
+# copied_component NAME DIR LDFLAGS MODULE VERSION BINARY... -- PACKAGE...
+# go_component inside a writable copy of MODULE@VERSION as downloaded, built as the main module
+# (its replace directives then apply), made only when something is missing.
+copied_component() {
+  local name=$1 dir=$2 ldflags=$3 module=$4 version=$5 b bins=() absent='' work src
+  shift 5
+  while [ "$1" != -- ]; do bins+=("$1"); shift; done
+  shift
+  for b in "${bins[@]}"; do [ -x "$dir/bin/${b%%:*}" ] || absent=1; done
+  if [ -z "$absent" ]; then
+    say "$name present in $dir/bin"
+    return
+  fi
+  src=$(go_env "$GO" mod download -json "$module@$version" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$src/go.mod" ] || { say "no module source for $module@$version" >&2; exit 1; }
+  work=$(mktemp -d /tmp/cni-guard-module.XXXXXX)
+  wrappers+=("$work")
+  cp -r "$src/." "$work/"
+  chmod -R u+w "$work"
+  GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
+}
 scratch= # debian_cnitool's work dir
 wrappers=()
 trap 'rm -rf "${wrappers[@]}"; if [ -n "$scratch" ]; then rm -rf "$scratch"; fi' EXIT
@@ -488,6 +510,10 @@ rest_builds() {
   "$CILIUM_BIN/clang" --version | grep -qE 'clang version (19|[2-9][0-9])\.' \
     || { say "$CILIUM_BIN/clang is not clang >= 19" >&2; exit 1; }
   say "Cilium $CILIUM_VERSION"
+
+  # --- Reloader (the cutover of several nodes) ---
+  GO_NICE="nice -n 10" copied_component "Reloader $RELOADER_VERSION" "$(dirname "$RELOADER_BIN")" "-s -w" \
+    "$RELOADER_MODULE" "$RELOADER_VERSION" reloader:Reloader -- .
 
   # --- Helm and promtool (the chart's and the metrics' tests), pinned and cached the same way ---
   bash scripts/setup-helm.sh

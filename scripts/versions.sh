@@ -72,6 +72,12 @@ MULTUS_VERSION=v4.3.0 # the proxy serves this exact version but no version list 
 CILIUM_MODULE=github.com/cilium/cilium
 CILIUM_VERSION=v1.20.2
 CILIUM_GOBGP_REPLACE="github.com/osrg/gobgp/v4 => github.com/osrg/gobgp/v4 v4.7.0"
+# stakater/Reloader, which rolls Multus's DaemonSet when its daemon config changes (the
+# annotation configmap.reloader.stakater.com/reload), for the cutover of several nodes. Its go.mod
+# has replace directives (argo-rollouts'), so `go install X@V` refuses it: scripts/setup.sh builds
+# it as the main module in a copy of the downloaded module. The proxy lists v1.4.22 only.
+RELOADER_MODULE=github.com/stakater/Reloader
+RELOADER_VERSION=v1.4.22
 # The Go release these modules need at least (the newest `go` line among their go.mod files).
 GO_MIN_VERSION=1.26.8
 
@@ -96,6 +102,7 @@ ETCD_BIN=$CNI_GUARD_GO_CACHE/etcd-$ETCD_VERSION/bin                      # etcd
 MULTUS_BIN=$CNI_GUARD_GO_CACHE/multus-$MULTUS_VERSION/bin                # multus-daemon, multus-shim
 CILIUM_BIN=$CNI_GUARD_GO_CACHE/cilium-$CILIUM_VERSION/bin  # cilium-agent, cilium-cni; clang, llc (-> *-19)
 CILIUM_LIB=$CNI_GUARD_GO_CACHE/cilium-$CILIUM_VERSION/lib  # the agent's --lib-dir: bpf/ from the module
+RELOADER_BIN=$CNI_GUARD_GO_CACHE/reloader-$RELOADER_VERSION/bin          # reloader
 
 # --- Debian generation (apt) --------------------------------------------------------------------
 DEBIAN_CONTAINERD=/usr/bin/containerd # 1.6.20 on bookworm

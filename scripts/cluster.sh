@@ -727,7 +727,6 @@ manifest() {
     -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" -e "s|@CILIUM_RUN@|$(cilium_run_of_node)|g" \
     -e "s|@PRIMARY_CONF_DIR@|${CLUSTER_PRIMARY_CONF_DIR:-/host${AUTOCONFIG_DIR#/host}}|g" \
     -e "s|@PRIMARY_UNINSTALL@|${CLUSTER_PRIMARY_UNINSTALL:-true}|g" \
-    -e "s|@PRIMARY_CHECKSUM@|${CLUSTER_PRIMARY_CHECKSUM:-0}|g" \
     "$REPO/conformance/k8s/manifests/$1")
   ! grep -qE '@[A-Z_]+@' <<<"$out" ||
     die "manifest $1: placeholders left unfilled: $(grep -oE '@[A-Z_]+@' <<<"$out" | sort -u | tr '\n' ' ')"

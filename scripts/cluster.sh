@@ -99,10 +99,10 @@ API_SERVICE_IP=10.96.0.1 # the `kubernetes` Service; DNAT to the API server (no 
 CLUSTER_POD_SUBNET=10.88.0.0/16 # every node's pods (05-cilium.conflist: bridge cni-guard0 + host-local)
 NET1_SUBNET=10.99.0.0/24 # the NetworkAttachmentDefinition (macvlan on net1-parent)
 BRIDGE=cgk8s-br # with several nodes: the host's bridge between them (at $HOST_IP)
-# CLUSTER_NODES=N: N nodes (default 1), each a network namespace, a mount namespace (I > 1), a
-# containerd and a kubelet of its own; the control plane runs once, in node 1's namespace. A
-# running cluster's count is in $CLUSTER_DIR/nodes.
-NODES=${CLUSTER_NODES:-$(cat "$CLUSTER_DIR/nodes" 2>/dev/null || echo 1)}
+# CLUSTER_NODES=N: `up` brings up N nodes (default 1), each a network namespace, a mount
+# namespace (I > 1), a containerd and a kubelet of its own; the control plane runs once, in node
+# 1's namespace. The other commands take the count of the cluster there ($CLUSTER_DIR/nodes).
+if [ "${1:-}" = up ]; then NODES=${CLUSTER_NODES:-1}; else NODES=$(cat "$CLUSTER_DIR/nodes" 2>/dev/null || echo 1); fi
 [[ $NODES =~ ^[1-9]$ ]] || { echo "cluster: CLUSTER_NODES is 1 to 9, not $NODES" >&2; exit 2; }
 # select_node I: the variables of node I. Node 1 keeps the names of the one-node cluster.
 #   NODE_HOST   its folders on the host          NETNS, NETNS_PATH  its network namespace
@@ -125,8 +125,16 @@ select_node() {
   GUARD_SYSLOG=$NODE/run/cni-guard-syslog.sock
   CILIUM_BPFFS=$NODE/sys/fs/bpf
 }
-select_node "${CLUSTER_NODE_INDEX:-1}"
-[ "$NODE_INDEX" -le "$NODES" ] || { echo "cluster: CLUSTER_NODE_INDEX $NODE_INDEX: the cluster has $NODES nodes" >&2; exit 2; }
+# The node that containerd-restart and reboot act on; every other command starts from node 1.
+case "${1:-}" in
+  containerd-restart | reboot)
+    if ! [[ ${CLUSTER_NODE_INDEX:-1} =~ ^[1-9]$ ]] || [ "${CLUSTER_NODE_INDEX:-1}" -gt "$NODES" ]; then
+      echo "cluster: CLUSTER_NODE_INDEX is 1 to $NODES, not $CLUSTER_NODE_INDEX" >&2
+      exit 2
+    fi
+    select_node "${CLUSTER_NODE_INDEX:-1}" ;;
+  *) select_node 1 ;;
+esac
 TIMEOUT=${CLUSTER_TIMEOUT:-180}
 # The seed's layout (default), or the one before its fix: Cilium's 05-cilium.conflist in the
 # conf dir containerd reads, and Multus's multusAutoconfigDir that same folder (no guard then).
@@ -323,8 +331,13 @@ start_node_ns() {
     touch "$3/.node-ns-ready"
     while :; do sleep 3600; done' node-ns "$CLUSTER_DIR" "$NODE_HOST" "$NODE" "$NODE_NAME" "$CGROUP" \
     </dev/null >>"$CLUSTER_DIR/logs/${NODE_TAG}node-ns.log" 2>&1 9>&- &
-  echo "$!" >"$CLUSTER_DIR/pids/${NODE_TAG}node-ns.pid"
-  wait_for "$NODE_NAME's mount namespace (logs/${NODE_TAG}node-ns.log)" test -e "$NODE_HOST/.node-ns-ready"
+  local holder=$!
+  echo "$holder" >"$CLUSTER_DIR/pids/${NODE_TAG}node-ns.pid"
+  # shellcheck disable=SC2016 # the inner shell's arguments
+  wait_for "$NODE_NAME's mount namespace (logs/${NODE_TAG}node-ns.log)" \
+    sh -c 'test -e "$1" || ! kill -0 "$2"' - "$NODE_HOST/.node-ns-ready" "$holder"
+  [ -e "$NODE_HOST/.node-ns-ready" ] ||
+    { tail -n 20 "$CLUSTER_DIR/logs/${NODE_TAG}node-ns.log" >&2; die "$NODE_NAME's node-ns exited"; }
 }
 
 # stop NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 10).
@@ -413,6 +426,8 @@ make_bridge() {
   ip link add "$BRIDGE" type bridge
   ip addr add "$HOST_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
+  # With br_netfilter the bridged frames cross the host's FORWARD chain, which may drop them.
+  iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
 }
 make_network() {
   ip netns add "$NETNS"
@@ -456,6 +471,7 @@ remove_network() {
 }
 remove_bridge() {
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
+  while iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null; do :; done
 }
 
 # --- certificates and kubeconfigs --------------------------------------------------------------
@@ -725,7 +741,7 @@ manifest() {
     -e "s|@TEST_IMAGE@|$TEST_IMAGE|g" -e "s|@NET1_SUBNET@|$NET1_SUBNET|g" \
     -e "s|@AUTOCONFIG_DIR@|$AUTOCONFIG_DIR|g" -e "s|@MASTER_CNI@|$MASTER_CNI|g" \
     -e "s|@GUARD_IMAGE@|$GUARD_IMAGE|g" -e "s|@CILIUM_RUN@|$(cilium_run_of_node)|g" \
-    -e "s|@PRIMARY_CONF_DIR@|${CLUSTER_PRIMARY_CONF_DIR:-/host${AUTOCONFIG_DIR#/host}}|g" \
+    -e "s|@PRIMARY_CONF_DIR@|${CLUSTER_PRIMARY_CONF_DIR:-/host$(primary_conf_dir | sed "s#^$NODE##")}|g" \
     -e "s|@PRIMARY_UNINSTALL@|${CLUSTER_PRIMARY_UNINSTALL:-true}|g" \
     "$REPO/conformance/k8s/manifests/$1")
   ! grep -qE '@[A-Z_]+@' <<<"$out" ||
@@ -1002,7 +1018,7 @@ node_pids() {
     find /sys/fs/cgroup/*/"$CGROUP" -path "*/$CGROUP/daemons" -prune -o -name cgroup.procs -print0 2>/dev/null |
       xargs -0r cat 2>/dev/null || true
     for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $NODE/run/containerd/containerd.sock" || true); do
-      [ "$(readlink "/proc/$p/ns/mnt" 2>/dev/null)" != "$mnt" ] || echo "$p"
+      if [ "$NODES" = 1 ] || [ "$(readlink "/proc/$p/ns/mnt" 2>/dev/null)" = "$mnt" ]; then echo "$p"; fi
     done
   } | sort -un
 }
@@ -1054,6 +1070,11 @@ is_up() {
 
 up() {
   local owner=${CLUSTER_OWNER_PID:-$PPID}
+  # (A cluster of another count is not the one asked for: it goes like a leftover.)
+  if [ "$(cat "$CLUSTER_DIR/nodes" 2>/dev/null || echo 1)" != "$NODES" ] && [ -e "$CLUSTER_DIR" ]; then
+    say "a cluster of $(cat "$CLUSTER_DIR/nodes" 2>/dev/null || echo 1) nodes is there, $NODES asked for: removing it first"
+    down
+  fi
   if is_up; then
     if owner_alive; then
       say "already up (for pid $(cut -d' ' -f1 "$OWNER_FILE"), still running)"
@@ -1068,8 +1089,6 @@ up() {
     say "a partial cluster is there: removing it first"
     down
   fi
-  # (The count asked for now, not a leftover's.)
-  NODES=${CLUSTER_NODES:-1}
   if [ "$NODES" != 1 ] && { [ "$PRIMARY" != bridge ] || [ "$NODE_KIND" != netns ]; }; then
     die "CLUSTER_NODES=$NODES: several nodes run with CLUSTER_PRIMARY=bridge and CLUSTER_NODE=netns only"
   fi

@@ -59,7 +59,7 @@ for line in "${nodes[@]}"; do
     { "$K" describe pod "nodes-$i" | tail -n 5 | cut -c1-600; fail "pod nodes-$i on $name is not Ready"; }
   pods=$((pods + 1))
   status=$("$K" get pod "nodes-$i" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
-  addrs=$("$K" exec "nodes-$i" -- ip -o addr)
+  addrs=$("$K" exec "nodes-$i" -- ip -o addr) || addrs=
   ip=$("$K" get pod "nodes-$i" -o jsonpath='{.status.podIP}')
   ip_of[$i]=$ip
   if python3 -c 'import json, sys

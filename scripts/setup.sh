@@ -381,6 +381,13 @@ copied_component() {
   wrappers+=("$work")
   cp -r "$src/." "$work/"
   chmod -R u+w "$work"
+  # COPY_REPLACES="OLD=NEW@V ...": dependencies pinned to versions the proxy serves; go.sum is
+  # brought to match for the packages the build needs (not `tidy`: the module's tests need
+  # modules the proxy does not serve).
+  if [ -n "${COPY_REPLACES:-}" ]; then
+    for r in $COPY_REPLACES; do (cd "$work" && go_env "$GO" mod edit -replace "$r"); done
+    (cd "$work" && go_env "$GO" list -mod=mod -deps "$@" >/dev/null)
+  fi
   GO_MODULE_DIR=$work go_component "$name" "$dir" "$ldflags" "${bins[@]}" -- "$@"
 }
 scratch= # debian_cnitool's work dir
@@ -512,7 +519,7 @@ rest_builds() {
   say "Cilium $CILIUM_VERSION"
 
   # --- Reloader (the cutover of several nodes) ---
-  GO_NICE="nice -n 10" copied_component "Reloader $RELOADER_VERSION" "$(dirname "$RELOADER_BIN")" "-s -w" \
+  GO_NICE="nice -n 10" COPY_REPLACES=$RELOADER_REPLACES copied_component "Reloader $RELOADER_VERSION" "$(dirname "$RELOADER_BIN")" "-s -w" \
     "$RELOADER_MODULE" "$RELOADER_VERSION" reloader:Reloader -- .
 
   # --- Helm and promtool (the chart's and the metrics' tests), pinned and cached the same way ---

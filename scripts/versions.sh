@@ -78,6 +78,9 @@ CILIUM_GOBGP_REPLACE="github.com/osrg/gobgp/v4 => github.com/osrg/gobgp/v4 v4.7.
 # it as the main module in a copy of the downloaded module. The proxy lists v1.4.22 only.
 RELOADER_MODULE=github.com/stakater/Reloader
 RELOADER_VERSION=v1.4.22
+# Its go.mod asks for openshift/api at a commit the proxy does not serve (403): the nearest commit
+# it serves, a week older, which openshift/client-go's apps/v1 builds against.
+RELOADER_REPLACES="github.com/openshift/api=github.com/openshift/api@v0.0.0-20260326111139-30c2ef7a272e"
 # The Go release these modules need at least (the newest `go` line among their go.mod files).
 GO_MIN_VERSION=1.26.8
 

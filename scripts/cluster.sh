@@ -61,10 +61,13 @@
 # (seconds each wait may take, default 180), CLUSTER_LAYOUT=before-fix for the layout the seed
 # fixed (05-cilium.conflist in the conf dir, Multus's autoconfig dir the conf dir, no guard: the
 # incident itself), CLUSTER_MULTUS_MASTER (Multus's multusMasterCNI; see MASTER_CNI below),
+# CLUSTER_RELOADER=1 to run stakater/Reloader beside the control plane (the cutover),
 # CLUSTER_KEEP_ON_FAILURE=1 to leave a failed `up`
 # running for a look (`down` still removes it),
-# CLUSTER_PRIMARY=bridge|cilium (default bridge): the primary network. `bridge` is the stand-in
-# conflist above; `cilium` is the real Cilium $CILIUM_VERSION (issue 19): cilium-agent runs as a
+# CLUSTER_PRIMARY=bridge|cilium|daemonset (default bridge): the primary network. `bridge` is the
+# stand-in conflist above, written by this script; `daemonset` is that same conflist written by a
+# DaemonSet that behaves as Cilium's chart (conformance/k8s/manifests/primary-daemonset.yaml:
+# written into its confPath when ready, removed by its preStop, rolled one node at a time); `cilium` is the real Cilium $CILIUM_VERSION (issue 19): cilium-agent runs as a
 # node process in the node's network namespace (nsenter, like the other daemons; see README "The
 # real Cilium" for why not a DaemonSet), bpffs mounted at $NODE/sys/fs/bpf, Cilium's CRDs
 # applied, IPAM `kubernetes` from the node's podCIDR (kube-controller-manager allocates it), and
@@ -160,8 +163,8 @@ case "${CLUSTER_MULTUS_MASTER:-}" in
 esac
 PRIMARY=${CLUSTER_PRIMARY:-bridge}
 case "$PRIMARY" in
-  bridge | cilium) ;;
-  *) echo "cluster: CLUSTER_PRIMARY is bridge or cilium, not $PRIMARY" >&2; exit 2 ;;
+  bridge | cilium | daemonset) ;;
+  *) echo "cluster: CLUSTER_PRIMARY is bridge, cilium or daemonset, not $PRIMARY" >&2; exit 2 ;;
 esac
 NODE_KIND=${CLUSTER_NODE:-netns}
 case "$NODE_KIND" in
@@ -967,7 +970,8 @@ reboot_node() {
   restore_sysctls
   if [ "$primary" = cilium ]; then
     launch_cilium
-  elif [ "$etc_cni" = tmpfs ] && [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
+  elif [ "$primary" = bridge ] && [ "$etc_cni" = tmpfs ] && [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
+    # (with CLUSTER_PRIMARY=daemonset the primary's pod writes it again, as Cilium's does)
     launch_primary_standin "${CLUSTER_PRIMARY_DELAY:-5}"
   fi
   say "node booted (kubelet started; /etc/cni $etc_cni)"
@@ -1034,6 +1038,9 @@ need_binaries() {
   for b in "${KUBERNETES_BUILT[@]}"; do
     [ -x "$KUBERNETES_BIN/$b" ] || die "$KUBERNETES_BIN/$b is missing: run scripts/setup.sh"
   done
+  if [ "${CLUSTER_RELOADER:-0}" = 1 ]; then
+    [ -x "$RELOADER_BIN/reloader" ] || die "$RELOADER_BIN/reloader is missing: run scripts/setup.sh"
+  fi
   if [ "$PRIMARY" = cilium ]; then
     for b in "$CILIUM_BIN/cilium-agent" "$CILIUM_BIN/cilium-cni" "$CILIUM_BIN/clang" \
              "$CILIUM_LIB/bpf/bpf_lxc.c" "$CILIUM_LIB/crds/v2/ciliumnodes.yaml" /usr/sbin/ipset; do
@@ -1089,8 +1096,8 @@ up() {
     say "a partial cluster is there: removing it first"
     down
   fi
-  if [ "$NODES" != 1 ] && { [ "$PRIMARY" != bridge ] || [ "$NODE_KIND" != netns ]; }; then
-    die "CLUSTER_NODES=$NODES: several nodes run with CLUSTER_PRIMARY=bridge and CLUSTER_NODE=netns only"
+  if [ "$NODES" != 1 ] && { [ "$PRIMARY" = cilium ] || [ "$NODE_KIND" != netns ]; }; then
+    die "CLUSTER_NODES=$NODES: several nodes run with CLUSTER_PRIMARY=bridge or daemonset and CLUSTER_NODE=netns only"
   fi
   need_binaries
   trap 'failed' EXIT
@@ -1131,6 +1138,8 @@ up() {
     cp "$GUARD_BIN" "$NODE_HOST/opt/cni/bin/cni-guard"
     if [ "$PRIMARY" = cilium ]; then
       cp "$CILIUM_BIN/cilium-cni" "$NODE_HOST/opt/cni/bin/"
+    elif [ "$PRIMARY" = daemonset ]; then
+      mkdir -p "$(host_path "$(primary_conf_dir)")" # the DaemonSet's pods write it
     else
       cp "$(primary_src)" "$(host_path "$(primary_conf_dir)")/"
     fi
@@ -1176,6 +1185,12 @@ up() {
     --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --profiling=false
+  # CLUSTER_RELOADER=1: stakater/Reloader, which rolls a workload when a ConfigMap its
+  # annotation configmap.reloader.stakater.com/reload names changes (the seed's cutover). It takes
+  # its API server from KUBECONFIG only; its :9090 (metrics, fixed) is node 1's network's.
+  if [ "${CLUSTER_RELOADER:-0}" = 1 ]; then
+    start reloader env KUBECONFIG="$KUBECONFIG_ADMIN" "$RELOADER_BIN/reloader" --resources-to-ignore=secrets
+  fi
 
   make_images
   echo "$NODE_KIND" >"$CLUSTER_DIR/node-kind"
@@ -1201,6 +1216,10 @@ up() {
   select_node 1
   restore_sysctls
   if [ "$PRIMARY" = cilium ]; then start_cilium; fi
+  if [ "$PRIMARY" = daemonset ]; then
+    say "deploying the primary as a DaemonSet (conformance/k8s/manifests/primary-daemonset.yaml)"
+    manifest primary-daemonset.yaml | kubectl apply -f - >/dev/null
+  fi
 
   if [ "${CLUSTER_MULTUS:-1}" != 0 ]; then
     say "deploying Multus $MULTUS_VERSION and the NetworkAttachmentDefinition"
@@ -1300,7 +1319,7 @@ down() {
   select_node 1
   stop cilium-agent 20
   if [ -e "$CILIUM_RUN_MARK" ]; then rm -rf "$CILIUM_RUN"; fi
-  for d in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
+  for d in reloader kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$d"; done
   for ((i = 9; i >= 1; i--)); do
     select_node "$i"
     kill_cgroup

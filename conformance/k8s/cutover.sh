@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# The seed's cutover on three nodes, under churn (scripts/cluster.sh CLUSTER_NODES=3):
+#
+#   conformance/k8s/cutover.sh ORDER GUARD     ORDER primary-first|multus-first, GUARD on|off
+#
+# The cluster comes up in the layout before the fix (05-cilium.conflist in the conf dir, written
+# by the primary's DaemonSet, conformance/k8s/manifests/primary-daemonset.yaml, which behaves as
+# Cilium's chart: the file written when ready, removed by its preStop with `uninstall`, rolled one
+# node at a time; Multus's multusAutoconfigDir the conf dir), with stakater/Reloader running and,
+# with GUARD on, the guard in front (deploy/multus-cilium, its attachment the conf dir's
+# 05-cilium.conflist). Then the seed's change is applied as its commit does, through ConfigMaps
+# that Reloader turns into rollouts:
+#   primary   primary-config's conf-path moves to /etc/cni/multus/net.d (Cilium's cni.confPath)
+#   Multus    multus-daemon-config's multusAutoconfigDir moves to that folder; with the guard,
+#             the guard's manifest for that layout is applied with it (its attachment moves too)
+# in ORDER: the first rolled out on every node before the second is changed. Meanwhile a
+# Deployment with net1 spread over the nodes and a DaemonSet with net1 (standing in for Rook's
+# OSDs) have pods deleted every few seconds, so new sandboxes are built all through it. Every pod
+# seen Running is classified once: full (network-status and `ip addr` inside show eth0 and net1)
+# or bare (Running without net1). Prints
+#
+#   cutover-summary nodes=3 primary=daemonset guard=on|off order=ORDER pods=N full=F bare=B
+#     refused=R stuck_teardowns=S notready_s=X duration_s=D held=H
+#
+#   refused, held     the guard's own log lines on every node in the run: ADDs refused (code 11),
+#                     ADDs held until the network was complete and then run
+#   stuck_teardowns   sandboxes whose network teardown failed at least once in the run (the
+#                     nodes' kubelet logs: "failed to destroy network for sandbox"); the pod
+#                     cannot get a new sandbox meanwhile
+#   notready_s        the most seconds any node's Ready condition was not seen True (one poll a
+#                     second of every node; a failed poll counts as not True)
+#   duration_s        from the first ConfigMap change to every node in the new layout (both
+#                     rollouts done, 00-multus.conf written again, the guard's file there) and
+#                     every churn pod Running with its verdict
+#
+# Brings its own cluster up (down first) and leaves it up; scripts/cluster.sh down removes it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/versions.sh
+. scripts/versions.sh
+# shellcheck source=conformance/k8s/lib.sh
+. conformance/k8s/lib.sh
+
+ORDER=${1:-}
+GUARD=${2:-}
+case "$ORDER $GUARD" in
+  primary-first\ on | primary-first\ off | multus-first\ on | multus-first\ off) ;;
+  *) echo "usage: $0 primary-first|multus-first on|off" >&2; exit 2 ;;
+esac
+NODES=3
+DEPLOY_PODS=${CUTOVER_PODS:-6}
+SETTLE_TIMEOUT=${CUTOVER_SETTLE_TIMEOUT:-240}
+
+CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
+export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
+K=$KUBERNETES_BIN/kubectl
+say() { echo "k8s cutover: $*" >&2; }
+fail() { echo "k8s cutover: FAIL: $*" >&2; exit 1; }
+g=0
+[ "$GUARD" = off ] || g=1
+
+# --- the cluster before the change ----------------------------------------------------------------
+t_up=$SECONDS
+scripts/cluster.sh down >/dev/null 2>&1 || true
+CLUSTER_NODES=$NODES CLUSTER_PRIMARY=daemonset CLUSTER_RELOADER=1 CLUSTER_LAYOUT=before-fix CLUSTER_GUARD=$g \
+  scripts/cluster.sh up >/dev/null
+say "$NODES nodes up in the layout before the fix, guard=$GUARD ($((SECONDS - t_up))s)"
+mapfile -t NODE_DIRS < <(scripts/cluster.sh nodes | awk '{ print $4 }')
+mapfile -t NODE_NAMES < <(scripts/cluster.sh nodes | awk '{ print $2 }')
+[ ${#NODE_DIRS[@]} -eq "$NODES" ] || fail "scripts/cluster.sh nodes lists ${#NODE_DIRS[@]} nodes, not $NODES"
+node_log() { # INDEX(0-based) NAME: that node's log of daemon NAME
+  if [ "$1" = 0 ]; then echo "$CLUSTER_DIR/logs/$2.log"; else echo "$CLUSTER_DIR/logs/node$(($1 + 1))/$2.log"; fi
+}
+
+W=$(mktemp -d /tmp/cni-guard-cutover.XXXXXX)
+BG=()
+cleanup() {
+  local p
+  for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  "$K" delete deployment cutover --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  "$K" delete daemonset cutover-osd --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+# --- the churn's workloads ------------------------------------------------------------------------
+"$K" apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cutover, namespace: default}
+spec:
+  replicas: $DEPLOY_PODS
+  selector: {matchLabels: {app: cutover}}
+  template:
+    metadata:
+      labels: {app: cutover}
+      annotations: {k8s.v1.cni.cncf.io/networks: macvlan-net1}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+           labelSelector: {matchLabels: {app: cutover}}}
+      containers:
+        - {name: main, image: localhost/cni-guard-test/busybox:1, imagePullPolicy: Never, command: ["/bin/sleep", "3600"]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: cutover-osd, namespace: default}
+spec:
+  selector: {matchLabels: {app: cutover-osd}}
+  template:
+    metadata:
+      labels: {app: cutover-osd}
+      annotations: {k8s.v1.cni.cncf.io/networks: macvlan-net1}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - {name: main, image: localhost/cni-guard-test/busybox:1, imagePullPolicy: Never, command: ["/bin/sleep", "3600"]}
+EOF
+"$K" rollout status deployment/cutover --timeout=180s >/dev/null || fail "the Deployment did not come up before the cutover"
+"$K" rollout status daemonset/cutover-osd --timeout=180s >/dev/null || fail "the DaemonSet did not come up before the cutover"
+spread=$("$K" get pod -l app=cutover -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | wc -l)
+[ "$spread" -eq "$NODES" ] || fail "the Deployment's pods are on $spread nodes, not $NODES"
+
+# --- observers ------------------------------------------------------------------------------------
+# Every node's Ready condition, one poll a second ("name=True name=False ..."; a failed poll "?").
+poll_status "$W/ready-polls" "$K" get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}'
+BG+=($!)
+LABELS='app in (cutover, cutover-osd)'
+# classify: every churn pod Running (and not being deleted) gets one verdict, full or bare.
+classify() {
+  local name ts phase st addrs
+  while IFS='|' read -r name ts phase; do
+    [ -n "$name" ] && [ -z "$ts" ] && [ "$phase" = Running ] || continue
+    grep -q "^$name " "$W/class" 2>/dev/null && continue
+    addrs=$("$K" exec "$name" -- ip -o addr 2>/dev/null) || continue
+    st=$("$K" get pod "$name" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null) || continue
+    if grep -q ' net1 .*inet ' <<<"$addrs" && grep -q ' eth0 .*inet ' <<<"$addrs" &&
+       python3 -c 'import json,sys; s={i.get("interface") for i in json.loads(sys.argv[1])}; sys.exit(not {"eth0","net1"} <= s)' "$st" 2>/dev/null; then
+      echo "$name full" >>"$W/class"
+    else
+      echo "$name bare" >>"$W/class"
+      say "bare: $name on $("$K" get pod "$name" -o jsonpath='{.spec.nodeName}' 2>/dev/null): $(awk '$3 == "inet" { printf "%s=%s ", $2, $4 }' <<<"$addrs")"
+    fi
+  done < <("$K" get pod -l "$LABELS" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null)
+}
+classify
+[ -s "$W/class" ] || fail "no pod was classified before the cutover"
+if grep -q ' bare$' "$W/class"; then fail "pods were bare before the cutover: $(grep ' bare$' "$W/class" | tr '\n' ' ')"; fi
+(while kill -0 $$ 2>/dev/null; do classify; sleep 1; done) >/dev/null 9>&- &
+BG+=($!)
+# The churn: a random Running pod of the Deployment deleted every 2 s, one of the DaemonSet's every
+# 6 s (its controller makes a new one on that node at once).
+(
+  n=0
+  while kill -0 $$ 2>/dev/null; do
+    n=$((n + 1))
+    label=app=cutover
+    [ $((n % 3)) -ne 0 ] || label=app=cutover-osd
+    victim=$("$K" get pod -l "$label" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null |
+      awk -F'|' '$2 == "" && $3 == "Running" { print $1 }' | shuf -n 1)
+    [ -z "$victim" ] || "$K" delete pod --wait=false --ignore-not-found "$victim" >/dev/null 2>&1 || true
+    sleep 2
+  done
+) >/dev/null 9>&- &
+CHURN=$!
+BG+=("$CHURN")
+
+declare -A kubelet_from guard_from
+for ((i = 0; i < NODES; i++)); do
+  kubelet_from[$i]=$(($(stat -c %s "$(node_log "$i" kubelet)") + 1))
+  guard_from[$i]=$(($(stat -c %s "$(node_log "$i" guard-syslog)") + 1))
+done
+
+# --- the change -------------------------------------------------------------------------------------
+new_conf=/host/etc/cni/multus/net.d
+change_primary() {
+  say "primary: conf-path -> $new_conf (Reloader rolls it)"
+  "$K" -n kube-system patch configmap primary-config --type=merge -p "{\"data\":{\"conf-path\":\"$new_conf\"}}" >/dev/null
+}
+change_multus() {
+  local also=
+  [ "$g" = 0 ] || also="; the guard's manifest for that layout applied"
+  say "Multus: multusAutoconfigDir -> /etc/cni/multus/net.d (Reloader rolls it)$also"
+  CLUSTER_LAYOUT=seed CLUSTER_GUARD=$g scripts/cluster.sh manifest multus.yaml | "$K" apply -f - >/dev/null
+  if [ "$g" = 1 ]; then CLUSTER_LAYOUT=seed scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null; fi
+}
+# rolled DAEMONSET: Reloader changed its pod template (its env var names the ConfigMap) and every
+# node runs the new template.
+rolled() {
+  for _ in $(seq 60); do
+    "$K" -n kube-system get daemonset "$1" -o jsonpath='{.spec.template.spec.containers[0].env[*].name}' |
+      grep -q 'STAKATER_.*_CONFIGMAP' && break
+    sleep 1
+  done
+  "$K" -n kube-system get daemonset "$1" -o jsonpath='{.spec.template.spec.containers[0].env[*].name}' |
+    grep -q 'STAKATER_.*_CONFIGMAP' || fail "Reloader did not roll daemonset/$1 within 60 s ($(tail -n 3 "$CLUSTER_DIR/logs/reloader.log"))"
+  "$K" -n kube-system rollout status "daemonset/$1" --timeout=300s >/dev/null || fail "daemonset/$1 did not roll out"
+  say "$1 rolled out on every node ($((SECONDS - t_change))s into the cutover)"
+}
+# Every node in the new layout: the primary's file in Multus's folder and not in the conf dir,
+# 00-multus.conf written again (and the guard's file, with the guard), Multus Ready everywhere.
+settled() {
+  local d
+  for d in "${NODE_DIRS[@]}"; do
+    [ -s "$d/etc/cni/multus/net.d/05-cilium.conflist" ] && [ ! -e "$d/etc/cni/net.d/05-cilium.conflist" ] &&
+      [ -s "$d/etc/cni/net.d/00-multus.conf" ] || return 1
+    [ "$g" = 0 ] || [ -s "$d/etc/cni/net.d/00-cni-guard.conflist" ] || return 1
+  done
+  [ "$("$K" -n kube-system get pod -l app=multus -o jsonpath='{range .items[*]}{.status.containerStatuses[0].ready}{"\n"}{end}' | grep -c true)" -eq "$NODES" ]
+}
+t_change=$SECONDS
+case "$ORDER" in
+  primary-first) change_primary; rolled primary; change_multus; rolled kube-multus-ds ;;
+  multus-first) change_multus; rolled kube-multus-ds; change_primary; rolled primary ;;
+esac
+[ "$g" = 0 ] || "$K" -n cni-guard rollout status daemonset/cni-guard --timeout=180s >/dev/null || fail "the guard did not roll out"
+for _ in $(seq "$SETTLE_TIMEOUT"); do settled && break; sleep 1; done
+settled || fail "the nodes did not settle in the new layout within $SETTLE_TIMEOUT s: $(for d in "${NODE_DIRS[@]}"; do echo "[$(ls "$d/etc/cni/net.d" | tr '\n' ' ')| $(ls "$d/etc/cni/multus/net.d" | tr '\n' ' ')]"; done)"
+say "every node in the new layout $((SECONDS - t_change))s after the first change; churn stopped"
+kill "$CHURN" 2>/dev/null || true
+
+# --- recovery: every churn pod Running with its verdict ---------------------------------------------
+want=$((DEPLOY_PODS + NODES))
+recovered=
+for _ in $(seq "$SETTLE_TIMEOUT"); do
+  mapfile -t live < <("$K" get pod -l "$LABELS" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' | awk -F'|' '$2 == ""')
+  n_done=0
+  for l in "${live[@]}"; do
+    IFS='|' read -r name _ phase <<<"$l"
+    [ "$phase" = Running ] && grep -q "^$name " "$W/class" 2>/dev/null && n_done=$((n_done + 1))
+  done
+  if [ "${#live[@]}" -eq "$want" ] && [ "$n_done" -eq "$want" ]; then recovered=1; break; fi
+  sleep 1
+done
+[ -n "$recovered" ] || fail "the churn's $want pods were not all Running and classified within $SETTLE_TIMEOUT s after the cutover: $(printf '%s ' "${live[@]}")"
+duration=$((SECONDS - t_change))
+for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
+wait 2>/dev/null || true
+BG=()
+
+# --- the numbers ------------------------------------------------------------------------------------
+awk '!seen[$1]++' "$W/class" >"$W/verdicts"
+pods=$(wc -l <"$W/verdicts")
+full=$(awk '$2 == "full"' "$W/verdicts" | wc -l)
+bare=$(awk '$2 == "bare"' "$W/verdicts" | wc -l)
+refused=0 held=0 stuck=0
+for ((i = 0; i < NODES; i++)); do
+  tail -c +"${guard_from[$i]}" "$(node_log "$i" guard-syslog)" >"$W/guard-$i.log"
+  r=$(awk '/cni-guard\[[0-9]+\]: verb=ADD .* decision=refused code=11 / { n++ } END { print n + 0 }' "$W/guard-$i.log")
+  h=$(awk '/cni-guard\[[0-9]+\]: verb=ADD .* waited=[0-9.]+ms/ && !/decision=refused/ { n++ } END { print n + 0 }' "$W/guard-$i.log")
+  tail -c +"${kubelet_from[$i]}" "$(node_log "$i" kubelet)" >"$W/kubelet-$i.log"
+  s=$(failed_teardowns "$W/kubelet-$i.log" | wc -l)
+  say "${NODE_NAMES[$i]}: refused $r, held $h, sandboxes whose teardown failed $s"
+  refused=$((refused + r)) held=$((held + h)) stuck=$((stuck + s))
+done
+[ -s "$W/ready-polls" ] || fail "the nodes' Ready conditions were never polled"
+notready=$(python3 - "$W/ready-polls" "${NODE_NAMES[@]}" <<'PY'
+import sys
+polls = [l.split() for l in open(sys.argv[1]) if l.strip()]
+worst = 0
+for node in sys.argv[2:]:
+    ms, prev, st = 0, None, None
+    for p in polls:
+        t = int(p[0])
+        if prev is not None and st != "True":
+            ms += t - prev
+        prev = t
+        st = next((f.split("=", 1)[1] for f in p[1:] if f.startswith(node + "=")), "?")
+    worst = max(worst, round(ms / 1000))
+print(worst)
+PY
+)
+echo "cutover-summary nodes=$NODES primary=$(cat "$CLUSTER_DIR/primary") guard=$GUARD order=$ORDER pods=$pods full=$full bare=$bare refused=$refused stuck_teardowns=$stuck notready_s=$notready duration_s=$duration held=$held"

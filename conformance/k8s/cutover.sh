@@ -68,9 +68,6 @@ say "$NODES nodes up in the layout before the fix, guard=$GUARD ($((SECONDS - t_
 mapfile -t NODE_DIRS < <(scripts/cluster.sh nodes | awk '{ print $4 }')
 mapfile -t NODE_NAMES < <(scripts/cluster.sh nodes | awk '{ print $2 }')
 [ ${#NODE_DIRS[@]} -eq "$NODES" ] || fail "scripts/cluster.sh nodes lists ${#NODE_DIRS[@]} nodes, not $NODES"
-node_log() { # INDEX(0-based) NAME: that node's log of daemon NAME
-  if [ "$1" = 0 ]; then echo "$CLUSTER_DIR/logs/$2.log"; else echo "$CLUSTER_DIR/logs/node$(($1 + 1))/$2.log"; fi
-}
 
 W=$(mktemp -d /tmp/cni-guard-cutover.XXXXXX)
 BG=()
@@ -78,97 +75,28 @@ cleanup() {
   local p
   for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  "$K" delete deployment cutover --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  "$K" delete daemonset cutover-osd --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  spread_remove
   rm -rf "$W"
 }
 trap cleanup EXIT
 
-# --- the churn's workloads ------------------------------------------------------------------------
-"$K" apply -f - >/dev/null <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: cutover, namespace: default}
-spec:
-  replicas: $DEPLOY_PODS
-  selector: {matchLabels: {app: cutover}}
-  template:
-    metadata:
-      labels: {app: cutover}
-      annotations: {k8s.v1.cni.cncf.io/networks: macvlan-net1}
-    spec:
-      terminationGracePeriodSeconds: 1
-      topologySpreadConstraints:
-        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
-           labelSelector: {matchLabels: {app: cutover}}}
-      containers:
-        - {name: main, image: localhost/cni-guard-test/busybox:1, imagePullPolicy: Never, command: ["/bin/sleep", "3600"]}
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: cutover-osd, namespace: default}
-spec:
-  selector: {matchLabels: {app: cutover-osd}}
-  template:
-    metadata:
-      labels: {app: cutover-osd}
-      annotations: {k8s.v1.cni.cncf.io/networks: macvlan-net1}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - {name: main, image: localhost/cni-guard-test/busybox:1, imagePullPolicy: Never, command: ["/bin/sleep", "3600"]}
-EOF
-"$K" rollout status deployment/cutover --timeout=180s >/dev/null || fail "the Deployment did not come up before the cutover"
-"$K" rollout status daemonset/cutover-osd --timeout=180s >/dev/null || fail "the DaemonSet did not come up before the cutover"
-spread=$("$K" get pod -l app=cutover -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | wc -l)
+# --- the churn's workloads, the observers, the churn -----------------------------------------------
+spread_workloads "$DEPLOY_PODS" || fail "the churn's workloads did not come up before the cutover"
+spread=$("$K" get pod -l app=spread -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | wc -l)
 [ "$spread" -eq "$NODES" ] || fail "the Deployment's pods are on $spread nodes, not $NODES"
-
-# --- observers ------------------------------------------------------------------------------------
-# Every node's Ready condition, one poll a second ("name=True name=False ..."; a failed poll "?").
-poll_status "$W/ready-polls" "$K" get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}'
+nodes_ready_polls "$W/ready-polls"
 BG+=($!)
-LABELS='app in (cutover, cutover-osd)'
-# classify: every churn pod Running (and not being deleted) gets one verdict, full or bare.
-classify() {
-  local name ts phase st addrs
-  while IFS='|' read -r name ts phase; do
-    [ -n "$name" ] && [ -z "$ts" ] && [ "$phase" = Running ] || continue
-    grep -q "^$name " "$W/class" 2>/dev/null && continue
-    addrs=$("$K" exec "$name" -- ip -o addr 2>/dev/null) || continue
-    st=$("$K" get pod "$name" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null) || continue
-    if grep -q ' net1 .*inet ' <<<"$addrs" && grep -q ' eth0 .*inet ' <<<"$addrs" &&
-       python3 -c 'import json,sys; s={i.get("interface") for i in json.loads(sys.argv[1])}; sys.exit(not {"eth0","net1"} <= s)' "$st" 2>/dev/null; then
-      echo "$name full" >>"$W/class"
-    else
-      echo "$name bare" >>"$W/class"
-      say "bare: $name on $("$K" get pod "$name" -o jsonpath='{.spec.nodeName}' 2>/dev/null): $(awk '$3 == "inet" { printf "%s=%s ", $2, $4 }' <<<"$addrs")"
-    fi
-  done < <("$K" get pod -l "$LABELS" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null)
-}
-classify
+spread_classify
 [ -s "$W/class" ] || fail "no pod was classified before the cutover"
 if grep -q ' bare$' "$W/class"; then fail "pods were bare before the cutover: $(grep ' bare$' "$W/class" | tr '\n' ' ')"; fi
-(while kill -0 $$ 2>/dev/null; do classify; sleep 1; done) >/dev/null 9>&- &
+(while kill -0 $$ 2>/dev/null; do spread_classify; sleep 1; done) >/dev/null 9>&- &
 BG+=($!)
-# The churn: a random Running pod of the Deployment deleted every 2 s, one of the DaemonSet's every
-# 6 s (its controller makes a new one on that node at once).
-(
-  n=0
-  while kill -0 $$ 2>/dev/null; do
-    n=$((n + 1))
-    label=app=cutover
-    [ $((n % 3)) -ne 0 ] || label=app=cutover-osd
-    victim=$("$K" get pod -l "$label" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null |
-      awk -F'|' '$2 == "" && $3 == "Running" { print $1 }' | shuf -n 1)
-    [ -z "$victim" ] || "$K" delete pod --wait=false --ignore-not-found "$victim" >/dev/null 2>&1 || true
-    sleep 2
-  done
-) >/dev/null 9>&- &
+spread_churn 2
 CHURN=$!
 BG+=("$CHURN")
 
 declare -A kubelet_from guard_from
-for ((i = 0; i < NODES; i++)); do
+for ((i = 1; i <= NODES; i++)); do
   kubelet_from[$i]=$(($(stat -c %s "$(node_log "$i" kubelet)") + 1))
   guard_from[$i]=$(($(stat -c %s "$(node_log "$i" guard-syslog)") + 1))
 done
@@ -223,18 +151,9 @@ kill "$CHURN" 2>/dev/null || true
 
 # --- recovery: every churn pod Running with its verdict ---------------------------------------------
 want=$((DEPLOY_PODS + NODES))
-recovered=
-for _ in $(seq "$SETTLE_TIMEOUT"); do
-  mapfile -t live < <("$K" get pod -l "$LABELS" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' | awk -F'|' '$2 == ""')
-  n_done=0
-  for l in "${live[@]}"; do
-    IFS='|' read -r name _ phase <<<"$l"
-    [ "$phase" = Running ] && grep -q "^$name " "$W/class" 2>/dev/null && n_done=$((n_done + 1))
-  done
-  if [ "${#live[@]}" -eq "$want" ] && [ "$n_done" -eq "$want" ]; then recovered=1; break; fi
-  sleep 1
-done
-[ -n "$recovered" ] || fail "the churn's $want pods were not all Running and classified within $SETTLE_TIMEOUT s after the cutover: $(printf '%s ' "${live[@]}")"
+for _ in $(seq "$SETTLE_TIMEOUT"); do spread_settled "$want" && break; sleep 1; done
+spread_settled "$want" ||
+  fail "the churn's $want pods were not all Running and looked at within $SETTLE_TIMEOUT s after the cutover: $(spread_pods | tr '\n' ' ')"
 duration=$((SECONDS - t_change))
 for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
@@ -243,33 +162,17 @@ BG=()
 # --- the numbers ------------------------------------------------------------------------------------
 awk '!seen[$1]++' "$W/class" >"$W/verdicts"
 pods=$(wc -l <"$W/verdicts")
-full=$(awk '$2 == "full"' "$W/verdicts" | wc -l)
-bare=$(awk '$2 == "bare"' "$W/verdicts" | wc -l)
+full=$(awk '$3 == "full"' "$W/verdicts" | wc -l)
+bare=$(awk '$3 == "bare"' "$W/verdicts" | wc -l)
 refused=0 held=0 stuck=0
-for ((i = 0; i < NODES; i++)); do
+for ((i = 1; i <= NODES; i++)); do
   tail -c +"${guard_from[$i]}" "$(node_log "$i" guard-syslog)" >"$W/guard-$i.log"
-  r=$(awk '/cni-guard\[[0-9]+\]: verb=ADD .* decision=refused code=11 / { n++ } END { print n + 0 }' "$W/guard-$i.log")
-  h=$(awk '/cni-guard\[[0-9]+\]: verb=ADD .* waited=[0-9.]+ms/ && !/decision=refused/ { n++ } END { print n + 0 }' "$W/guard-$i.log")
+  read -r r h < <(guard_counts "$W/guard-$i.log")
   tail -c +"${kubelet_from[$i]}" "$(node_log "$i" kubelet)" >"$W/kubelet-$i.log"
   s=$(failed_teardowns "$W/kubelet-$i.log" | wc -l)
-  say "${NODE_NAMES[$i]}: refused $r, held $h, sandboxes whose teardown failed $s"
+  say "${NODE_NAMES[$((i - 1))]}: refused $r, held $h, sandboxes whose teardown failed $s"
   refused=$((refused + r)) held=$((held + h)) stuck=$((stuck + s))
 done
 [ -s "$W/ready-polls" ] || fail "the nodes' Ready conditions were never polled"
-notready=$(python3 - "$W/ready-polls" "${NODE_NAMES[@]}" <<'PY'
-import sys
-polls = [l.split() for l in open(sys.argv[1]) if l.strip()]
-worst = 0
-for node in sys.argv[2:]:
-    ms, prev, st = 0, None, None
-    for p in polls:
-        t = int(p[0])
-        if prev is not None and st != "True":
-            ms += t - prev
-        prev = t
-        st = next((f.split("=", 1)[1] for f in p[1:] if f.startswith(node + "=")), "?")
-    worst = max(worst, round(ms / 1000))
-print(worst)
-PY
-)
+read -r notready _ < <(nodes_notready "$W/ready-polls" "${NODE_NAMES[@]}")
 echo "cutover-summary nodes=$NODES primary=$(cat "$CLUSTER_DIR/primary") guard=$GUARD order=$ORDER pods=$pods full=$full bare=$bare refused=$refused stuck_teardowns=$stuck notready_s=$notready duration_s=$duration held=$held"

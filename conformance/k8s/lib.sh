@@ -324,3 +324,144 @@ reboot_check() {
         { reboot_miss "$line" "guard on: the guard neither refused nor held an ADD after the boot: the window reached no pod"; return 1; } ;;
   esac
 }
+
+# --- several nodes (cutover.sh, rolling-reboot.sh) -----------------------------------------------
+# These use the caller's K (kubectl), W (its work folder) and CLUSTER_DIR.
+#
+# node_log I NAME: node I's (1-based) log of daemon NAME (scripts/cluster.sh: logs/, logs/nodeI/).
+node_log() {
+  if [ "$1" = 1 ]; then echo "$CLUSTER_DIR/logs/$2.log"; else echo "$CLUSTER_DIR/logs/node$1/$2.log"; fi
+}
+# spread_workloads PODS: in `default`, a Deployment `spread` of PODS sleepers asking for net1,
+# spread over the schedulable nodes (at most one more on a node than on another; a cordoned node
+# is left out of the count), and a DaemonSet `spread-osd` asking for net1, standing in for Rook's
+# OSDs (a pod on every node that is not drained away). Waits for both.
+SPREAD_LABELS='app in (spread, spread-osd)'
+spread_workloads() {
+  "$K" apply -f - >/dev/null <<EOW
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spread, namespace: default}
+spec:
+  replicas: $1
+  selector: {matchLabels: {app: spread}}
+  template:
+    metadata:
+      labels: {app: spread}
+      annotations: {k8s.v1.cni.cncf.io/networks: macvlan-net1}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+           nodeTaintsPolicy: Honor, labelSelector: {matchLabels: {app: spread}}}
+      containers:
+        - {name: main, image: localhost/cni-guard-test/busybox:1, imagePullPolicy: Never, command: ["/bin/sleep", "3600"]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: spread-osd, namespace: default}
+spec:
+  selector: {matchLabels: {app: spread-osd}}
+  template:
+    metadata:
+      labels: {app: spread-osd}
+      annotations: {k8s.v1.cni.cncf.io/networks: macvlan-net1}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - {name: main, image: localhost/cni-guard-test/busybox:1, imagePullPolicy: Never, command: ["/bin/sleep", "3600"]}
+EOW
+  "$K" rollout status deployment/spread --timeout=180s >/dev/null &&
+    "$K" rollout status daemonset/spread-osd --timeout=180s >/dev/null
+}
+spread_remove() {
+  "$K" delete deployment spread --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  "$K" delete daemonset spread-osd --ignore-not-found --wait=false >/dev/null 2>&1 || true
+}
+# spread_pods: "NAME|DELETION|PHASE|NODE|STARTED" for every pod of the two, STARTED its
+# container's start while it runs (empty otherwise).
+spread_pods() {
+  "$K" get pod -l "$SPREAD_LABELS" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"|"}{.spec.nodeName}{"|"}{.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}'
+}
+# spread_classify: every sandbox of theirs that runs gets one verdict in $W/class, "NAME@STARTED
+# NODE full|bare": full when network-status and `ip addr` inside both show eth0 and net1, bare
+# when it runs without net1. Keyed by the container's start, so a pod whose sandbox was made
+# anew (a reboot: same pod, new sandbox, its container started again) is looked at again. A
+# failed call is no verdict (the next round tries again).
+spread_classify() {
+  local name ts phase node started st addrs
+  while IFS='|' read -r name ts phase node started; do
+    [ -n "$name" ] && [ -z "$ts" ] && [ "$phase" = Running ] && [ -n "$started" ] || continue
+    grep -q "^$name@$started " "$W/class" 2>/dev/null && continue
+    addrs=$("$K" exec "$name" -- ip -o addr 2>/dev/null) || continue
+    st=$("$K" get pod "$name" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null) || continue
+    if grep -q ' net1 .*inet ' <<<"$addrs" && grep -q ' eth0 .*inet ' <<<"$addrs" &&
+       python3 -c 'import json,sys; s={i.get("interface") for i in json.loads(sys.argv[1])}; sys.exit(not {"eth0","net1"} <= s)' "$st" 2>/dev/null; then
+      echo "$name@$started $node full" >>"$W/class"
+    else
+      echo "$name@$started $node bare" >>"$W/class"
+      echo "bare: $name on $node: $(awk '$3 == "inet" { printf "%s=%s ", $2, $4 }' <<<"$addrs")" >&2
+    fi
+  done < <(spread_pods 2>/dev/null)
+}
+# spread_settled WANT: WANT pods of theirs, none being deleted, every one Running with the verdict
+# of its current sandbox.
+spread_settled() {
+  local live=0 done_=0 name ts phase node started
+  while IFS='|' read -r name ts phase node started; do
+    [ -n "$name" ] && [ -z "$ts" ] || continue
+    live=$((live + 1))
+    if [ "$phase" = Running ] && [ -n "$started" ] && grep -q "^$name@$started " "$W/class" 2>/dev/null; then
+      done_=$((done_ + 1))
+    fi
+  done < <(spread_pods 2>/dev/null)
+  [ "$live" -eq "$1" ] && [ "$done_" -eq "$1" ]
+}
+# spread_churn LABEL SECONDS: in the background, a random Running pod of LABEL deleted every
+# SECONDS, and every third time one of the DaemonSet's instead; $! is its pid.
+spread_churn() {
+  (
+    n=0
+    while kill -0 $$ 2>/dev/null; do
+      n=$((n + 1))
+      label=app=spread
+      [ $((n % 3)) -ne 0 ] || label=app=spread-osd
+      victim=$("$K" get pod -l "$label" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.phase}{"\n"}{end}' 2>/dev/null |
+        awk -F'|' '$2 == "" && $3 == "Running" { print $1 }' | shuf -n 1)
+      [ -z "$victim" ] || "$K" delete pod --wait=false --ignore-not-found "$victim" >/dev/null 2>&1 || true
+      sleep "$1"
+    done
+  ) >/dev/null 9>&- &
+}
+# nodes_ready_polls FILE: lib's poll_status of every node's Ready condition ("ms name=True ...").
+nodes_ready_polls() {
+  poll_status "$1" "$K" get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}'
+}
+# nodes_notready FILE NODE...: "S M": the most seconds any one NODE was not seen Ready (each poll
+# not True counting until the next; a failed poll, or a node missing from it, is not True), and
+# the most NODEs not seen Ready in one poll.
+nodes_notready() {
+  python3 - "$@" <<'PY'
+import sys
+polls = [l.split() for l in open(sys.argv[1]) if l.strip()]
+nodes = sys.argv[2:]
+def status(p, n): return next((f.split("=", 1)[1] for f in p[1:] if f.startswith(n + "=")), "?")
+worst = 0
+for n in nodes:
+    ms, prev, st = 0, None, None
+    for p in polls:
+        if prev is not None and st != "True":
+            ms += int(p[0]) - prev
+        prev, st = int(p[0]), status(p, n)
+    worst = max(worst, round(ms / 1000))
+most = max((sum(status(p, n) != "True" for n in nodes) for p in polls), default=0)
+print(worst, most)
+PY
+}
+# guard_counts FILE: "REFUSED HELD" in FILE (a part of a node's guard-syslog.log): ADDs refused
+# with code 11, ADDs held until the network was complete and then run (as guard_refusals/holds).
+guard_counts() {
+  awk '/cni-guard\[[0-9]+\]: verb=ADD .* decision=refused code=11 / { r++ }
+    /cni-guard\[[0-9]+\]: verb=ADD .* waited=[0-9.]+ms/ && !/decision=refused/ { h++ }
+    END { print r + 0, h + 0 }' "$1"
+}

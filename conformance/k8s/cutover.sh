@@ -10,9 +10,10 @@
 # with GUARD on, the guard in front (deploy/multus-cilium, its attachment the conf dir's
 # 05-cilium.conflist). Then the seed's change is applied as its commit does, through ConfigMaps
 # that Reloader turns into rollouts:
-#   primary   primary-config's conf-path moves to /etc/cni/multus/net.d (Cilium's cni.confPath)
-#   Multus    multus-daemon-config's multusAutoconfigDir moves to that folder; with the guard,
-#             the guard's manifest for that layout is applied with it (its attachment moves too)
+#   primary   primary-config's conf-path moves to /etc/cni/multus/net.d (Cilium's cni.confPath);
+#             with the guard, the guard's manifest for that layout is applied with it (its
+#             attachment is the primary's file, and moves with it)
+#   Multus    multus-daemon-config's multusAutoconfigDir moves to that folder
 # in ORDER: the first rolled out on every node before the second is changed. Meanwhile a
 # Deployment with net1 spread over the nodes and a DaemonSet with net1 (standing in for Rook's
 # OSDs) have pods deleted every few seconds, so new sandboxes are built all through it. Every pod
@@ -103,16 +104,18 @@ done
 
 # --- the change -------------------------------------------------------------------------------------
 new_conf=/host/etc/cni/multus/net.d
+# The guard's attachment is the primary's file: it moves with the primary's confPath, in the same
+# change (the guard's manifest for the new layout, which rolls the guard's DaemonSet).
 change_primary() {
-  say "primary: conf-path -> $new_conf (Reloader rolls it)"
+  local also=
+  [ "$g" = 0 ] || also="; the guard's manifest for the new layout applied with it"
+  say "primary: conf-path -> $new_conf (Reloader rolls it)$also"
   "$K" -n kube-system patch configmap primary-config --type=merge -p "{\"data\":{\"conf-path\":\"$new_conf\"}}" >/dev/null
+  if [ "$g" = 1 ]; then CLUSTER_LAYOUT=seed scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null; fi
 }
 change_multus() {
-  local also=
-  [ "$g" = 0 ] || also="; the guard's manifest for that layout applied"
-  say "Multus: multusAutoconfigDir -> /etc/cni/multus/net.d (Reloader rolls it)$also"
+  say "Multus: multusAutoconfigDir -> /etc/cni/multus/net.d (Reloader rolls it)"
   CLUSTER_LAYOUT=seed CLUSTER_GUARD=$g scripts/cluster.sh manifest multus.yaml | "$K" apply -f - >/dev/null
-  if [ "$g" = 1 ]; then CLUSTER_LAYOUT=seed scripts/cluster.sh manifest guard | "$K" apply -f - >/dev/null; fi
 }
 # rolled DAEMONSET: Reloader changed its pod template (its env var names the ConfigMap) and every
 # node runs the new template.

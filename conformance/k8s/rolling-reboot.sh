@@ -97,8 +97,13 @@ for ((i = 1; i <= NODES; i++)); do
   name=${NODE_NAMES[$((i - 1))]} dir=${NODE_DIRS[$((i - 1))]}
   t_node=$SECONDS
   "$K" cordon "$name" >/dev/null
-  "$K" drain "$name" --ignore-daemonsets --delete-emptydir-data --timeout=180s >/dev/null 2>&1 ||
-    fail "draining $name failed"
+  # (Talos retries a drain that fails; so does this, once: the churn may delete a pod the drain
+  # is evicting.)
+  if ! "$K" drain "$name" --ignore-daemonsets --delete-emptydir-data --timeout=180s >"$W/drain-$i.log" 2>&1; then
+    say "draining $name failed, once: $(grep -v '^evicting\|^pod/.* evicted\|^node/.* cordoned' "$W/drain-$i.log" | tail -n 3 | tr '\n' ' ')"
+    "$K" drain "$name" --ignore-daemonsets --delete-emptydir-data --timeout=180s >"$W/drain-$i.log" 2>&1 ||
+      fail "draining $name failed: $(tail -n 5 "$W/drain-$i.log" | tr '\n' ' ')"
+  fi
   # The first configuration containerd can see after the boot: the conf dir's first file in name
   # order the first time, from the reboot's start, that the folder is not empty (with disk, what
   # the reboot left there).

@@ -105,8 +105,15 @@ BRIDGE=cgk8s-br # with several nodes: the host's bridge between them (at $HOST_I
 # CLUSTER_NODES=N: `up` brings up N nodes (default 1), each a network namespace, a mount
 # namespace (I > 1), a containerd and a kubelet of its own; the control plane runs once, in node
 # 1's namespace. The other commands take the count of the cluster there ($CLUSTER_DIR/nodes).
-if [ "${1:-}" = up ]; then NODES=${CLUSTER_NODES:-1}; else NODES=$(cat "$CLUSTER_DIR/nodes" 2>/dev/null || echo 1); fi
-[[ $NODES =~ ^[1-9]$ ]] || { echo "cluster: CLUSTER_NODES is 1 to 9, not $NODES" >&2; exit 2; }
+# (A record that is missing or garbled, from an `up` killed early, counts as 1: `down` walks
+# every node there may be anyway.)
+if [ "${1:-}" = up ]; then
+  NODES=${CLUSTER_NODES:-1}
+  [[ $NODES =~ ^[1-9]$ ]] || { echo "cluster: CLUSTER_NODES is 1 to 9, not $NODES" >&2; exit 2; }
+else
+  NODES=$(cat "$CLUSTER_DIR/nodes" 2>/dev/null || true)
+  [[ $NODES =~ ^[1-9]$ ]] || NODES=1
+fi
 # select_node I: the variables of node I. Node 1 keeps the names of the one-node cluster.
 #   NODE_HOST   its folders on the host          NETNS, NETNS_PATH  its network namespace
 #   NODE_IP     its address (eth0)               NODE_NAME          its Kubernetes name
@@ -472,8 +479,9 @@ remove_network() {
   # The host end goes with its peer; remove it if the namespace went some other way.
   if ip link show "$VETH_HOST" >/dev/null 2>&1; then ip link del "$VETH_HOST" || true; fi
 }
-remove_bridge() {
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
+remove_bridge() { # (the host's iptables touched only where a bridge was made)
+  ip link show "$BRIDGE" >/dev/null 2>&1 || return 0
+  ip link del "$BRIDGE" || true
   while iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null; do :; done
 }
 
@@ -1406,5 +1414,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
 esac

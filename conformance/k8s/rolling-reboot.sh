@@ -74,6 +74,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Multus starts $ROLLING_MULTUS_DELAY s (default 8) later than it does here, as in production
+# (its image pulled again after a boot, the API server's first list; lib.sh's start_delay): the
+# window a reboot opens must reach the pods.
+start_delay kube-system kube-multus-ds "${ROLLING_MULTUS_DELAY:-8}" || fail "Multus's start delay did not roll out"
 spread_workloads "$DEPLOY_PODS" || fail "the churn's workloads did not come up"
 nodes_ready_polls "$W/ready-polls"
 BG+=($!)

@@ -252,20 +252,42 @@ fn create_all(ctrd: &Containerd, names: Vec<String>, attempt: u32) -> Vec<Create
     in_parallel(&names, |name| create(ctrd, name.clone(), attempt))
 }
 
-fn remove_all(crictl: &Crictl, ids: &[String]) -> Vec<String> {
-    in_parallel(ids, |id| {
-        let mut errors = Vec::new();
-        if let Err(e) = crictl.stopp(id) {
-            errors.push(format!("stop {id}: {e}"));
+/// How often a teardown the guard answered "try again" is retried, [`RETRY_PAUSE`] apart, as
+/// kubelet's pod worker retries a failed StopPodSandbox (it never gives up).
+const TEARDOWN_RETRIES: u32 = 5;
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// The guard's answer to a DEL whose delegate went away while it ran (code 11, the record kept):
+/// not a result, a request to be asked again.
+fn guard_says_retry(e: &impl std::fmt::Display) -> bool {
+    e.to_string().contains("not torn down for sure")
+}
+
+/// Stops and removes every sandbox, [`CONCURRENCY`] at a time; a step the guard answered with
+/// "try again" is retried as kubelet does. Returns the errors left after the retries, and how
+/// many retries there were.
+fn remove_all(crictl: &Crictl, ids: &[String]) -> (Vec<String>, u32) {
+    let done = in_parallel(ids, |id| {
+        let (mut errors, mut retries) = (Vec::new(), 0);
+        let step = |what: &str| match what {
+            "stop" => crictl.stopp(id),
+            _ => crictl.rmp(id),
+        };
+        for what in ["stop", "remove"] {
+            let mut result = step(what);
+            while matches!(&result, Err(e) if guard_says_retry(e)) && retries < TEARDOWN_RETRIES {
+                retries += 1;
+                std::thread::sleep(RETRY_PAUSE);
+                result = step(what);
+            }
+            if let Err(e) = result {
+                errors.push(format!("{what} {id}: {e}"));
+            }
         }
-        if let Err(e) = crictl.rmp(id) {
-            errors.push(format!("remove {id}: {e}"));
-        }
-        errors
-    })
-    .into_iter()
-    .flatten()
-    .collect()
+        (errors, retries)
+    });
+    let retries = done.iter().map(|(_, r)| r).sum();
+    (done.into_iter().flat_map(|(e, _)| e).collect(), retries)
 }
 
 struct RaceRun {
@@ -336,7 +358,7 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
         .filter_map(|c| c.id.clone())
         .collect();
     let mut flapper = Flapper::start(&l.conf_dir, "00-multus.conf", l.multus.clone());
-    let errors = remove_all(crictl, &ids);
+    let (errors, retries) = remove_all(crictl, &ids);
     flapper.stop();
     let leftover = crictl.pods().unwrap();
     let leaks = Leaks {
@@ -347,7 +369,7 @@ fn race(generation: Generation, guard_bin: &Path, mini_multus: &Path, guard: boo
         sandboxes: leftover.len(),
     };
     println!(
-        "race-leaks runtime={runtime} guard={on} cluster={} vlan={} records={} cni-cache={} sandboxes={} teardown-errors={}",
+        "race-leaks runtime={runtime} guard={on} cluster={} vlan={} records={} cni-cache={} sandboxes={} teardown-errors={} teardown-retries={retries}",
         leaks.cluster.len(),
         leaks.vlan.len(),
         leaks.records,

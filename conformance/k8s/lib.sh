@@ -417,12 +417,15 @@ spread_settled() {
   done < <(spread_pods 2>/dev/null)
   [ "$live" -eq "$1" ] && [ "$done_" -eq "$1" ]
 }
-# spread_churn LABEL SECONDS: in the background, a random Running pod of LABEL deleted every
-# SECONDS, and every third time one of the DaemonSet's instead; $! is its pid.
+# spread_churn SECONDS: in the background, a random Running pod of the Deployment deleted every
+# SECONDS, and every third time one of the DaemonSet's instead, except while $W/churn-paused
+# exists (a caller waiting for every pod to settle: under deletions every few seconds some pod
+# is always on its way up); $! is its pid.
 spread_churn() {
   (
     n=0
     while kill -0 $$ 2>/dev/null; do
+      if [ -e "$W/churn-paused" ]; then sleep 1; continue; fi
       n=$((n + 1))
       label=app=spread
       [ $((n % 3)) -ne 0 ] || label=app=spread-osd

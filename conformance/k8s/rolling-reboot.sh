@@ -137,7 +137,10 @@ for ((i = 1; i <= NODES; i++)); do
   "$K" uncordon "$name" >/dev/null
   wait "$watcher" || true
   first_confs+=("$(cat "$W/first-$i" 2>/dev/null || echo none)")
+  # The churn pauses while the pods settle (else some pod is always on its way up).
+  touch "$W/churn-paused"
   for _ in $(seq "$SETTLE_TIMEOUT"); do spread_settled "$want" && break; sleep 1; done
+  rm -f "$W/churn-paused"
   spread_settled "$want" ||
     fail "after $name's reboot the churn's $want pods were not all Running and looked at within $SETTLE_TIMEOUT s: $(spread_pods | tr '\n' ' ')"
   say "$name: cordoned, drained, rebooted (first file after the boot: ${first_confs[-1]}), uncordoned, every pod settled in $((SECONDS - t_node))s"

@@ -96,11 +96,7 @@ spread_churn 2
 CHURN=$!
 BG+=("$CHURN")
 
-declare -A kubelet_from guard_from
-for ((i = 1; i <= NODES; i++)); do
-  kubelet_from[$i]=$(($(stat -c %s "$(node_log "$i" kubelet)") + 1))
-  guard_from[$i]=$(($(stat -c %s "$(node_log "$i" guard-syslog)") + 1))
-done
+nodes_log_marks "$NODES"
 
 # --- the change -------------------------------------------------------------------------------------
 new_conf=/host/etc/cni/multus/net.d
@@ -167,15 +163,7 @@ awk '!seen[$1]++' "$W/class" >"$W/verdicts"
 pods=$(wc -l <"$W/verdicts")
 full=$(awk '$3 == "full"' "$W/verdicts" | wc -l)
 bare=$(awk '$3 == "bare"' "$W/verdicts" | wc -l)
-refused=0 held=0 stuck=0
-for ((i = 1; i <= NODES; i++)); do
-  tail -c +"${guard_from[$i]}" "$(node_log "$i" guard-syslog)" >"$W/guard-$i.log"
-  read -r r h < <(guard_counts "$W/guard-$i.log")
-  tail -c +"${kubelet_from[$i]}" "$(node_log "$i" kubelet)" >"$W/kubelet-$i.log"
-  s=$(failed_teardowns "$W/kubelet-$i.log" | wc -l)
-  say "${NODE_NAMES[$((i - 1))]}: refused $r, held $h, sandboxes whose teardown failed $s"
-  refused=$((refused + r)) held=$((held + h)) stuck=$((stuck + s))
-done
+read -r refused held stuck < <(nodes_tally "${NODE_NAMES[@]}")
 [ -s "$W/ready-polls" ] || fail "the nodes' Ready conditions were never polled"
 read -r notready _ < <(nodes_notready "$W/ready-polls" "${NODE_NAMES[@]}")
 echo "cutover-summary nodes=$NODES primary=$(cat "$CLUSTER_DIR/primary") guard=$GUARD order=$ORDER pods=$pods full=$full bare=$bare refused=$refused stuck_teardowns=$stuck notready_s=$notready duration_s=$duration held=$held"

@@ -468,3 +468,26 @@ guard_counts() {
     /cni-guard\[[0-9]+\]: verb=ADD .* waited=[0-9.]+ms/ && !/decision=refused/ { h++ }
     END { print r + 0, h + 0 }' "$1"
 }
+# nodes_log_marks N: from now on, for nodes_tally: the end of each of the N nodes' kubelet and
+# guard-syslog logs, in $W/marks.
+nodes_log_marks() {
+  local i
+  for ((i = 1; i <= $1; i++)); do
+    echo "$i $(stat -c %s "$(node_log "$i" kubelet)") $(stat -c %s "$(node_log "$i" guard-syslog)")"
+  done >"$W/marks"
+}
+# nodes_tally NAME...: "REFUSED HELD STUCK" since nodes_log_marks, summed over the nodes NAME...
+# (node I is the I-th): the guard's refused and held ADDs, and the sandboxes whose network
+# teardown failed at least once (kubelet); each node's own counts said on stderr.
+nodes_tally() {
+  local i k g r h s refused=0 held=0 stuck=0 names=("$@")
+  while read -r i k g; do
+    tail -c +"$((g + 1))" "$(node_log "$i" guard-syslog)" >"$W/guard-$i.log"
+    read -r r h < <(guard_counts "$W/guard-$i.log")
+    tail -c +"$((k + 1))" "$(node_log "$i" kubelet)" >"$W/kubelet-$i.log"
+    s=$(failed_teardowns "$W/kubelet-$i.log" | wc -l)
+    echo "${names[$((i - 1))]}: refused $r, held $h, sandboxes whose teardown failed $s" >&2
+    refused=$((refused + r)) held=$((held + h)) stuck=$((stuck + s))
+  done <"$W/marks"
+  echo "$refused $held $stuck"
+}

@@ -88,11 +88,7 @@ if grep -q ' bare$' "$W/class"; then fail "pods were bare before the first reboo
 BG+=($!)
 spread_churn 3
 BG+=($!)
-declare -A kubelet_from guard_from
-for ((i = 1; i <= NODES; i++)); do
-  kubelet_from[$i]=$(($(stat -c %s "$(node_log "$i" kubelet)") + 1))
-  guard_from[$i]=$(($(stat -c %s "$(node_log "$i" guard-syslog)") + 1))
-done
+nodes_log_marks "$NODES"
 
 want=$((DEPLOY_PODS + NODES))
 first_confs=()
@@ -153,15 +149,7 @@ BG=()
 pods=$(wc -l <"$W/class")
 full=$(awk '$3 == "full"' "$W/class" | wc -l)
 bare=$(awk '$3 == "bare"' "$W/class" | wc -l)
-refused=0 held=0 stuck=0
-for ((i = 1; i <= NODES; i++)); do
-  tail -c +"${guard_from[$i]}" "$(node_log "$i" guard-syslog)" >"$W/guard-$i.log"
-  read -r r h < <(guard_counts "$W/guard-$i.log")
-  tail -c +"${kubelet_from[$i]}" "$(node_log "$i" kubelet)" >"$W/kubelet-$i.log"
-  s=$(failed_teardowns "$W/kubelet-$i.log" | wc -l)
-  say "${NODE_NAMES[$((i - 1))]}: refused $r, held $h, sandboxes whose teardown failed $s"
-  refused=$((refused + r)) held=$((held + h)) stuck=$((stuck + s))
-done
+read -r refused held stuck < <(nodes_tally "${NODE_NAMES[@]}")
 [ -s "$W/ready-polls" ] || fail "the nodes' Ready conditions were never polled"
 read -r _ most < <(nodes_notready "$W/ready-polls" "${NODE_NAMES[@]}")
 echo "rolling-reboot-summary nodes=$NODES layout=$LAYOUT guard=on etc_cni=$ETC_CNI pods=$pods bare=$bare stuck_teardowns=$stuck max_notready_nodes=$most duration_s=$duration full=$full refused=$refused held=$held first_conf=$(IFS=,; echo "${first_confs[*]}")"

@@ -61,6 +61,22 @@ daemon_pids() {
   done
 }
 
+# why_slugs: each line of stdin (a reason the guard gave: "delegate /x/00-multus.conf is not valid
+# JSON (perhaps ...": ...") as a word without its paths and details ("delegate_is_not_valid_JSON"),
+# each once, joined by commas; "-" for none.
+why_slugs() {
+  python3 -c '
+import re, sys
+seen = []
+for line in sys.stdin:
+    words = [w for w in line.split() if not w.startswith("/")]
+    text = re.split(r"[(:]", " ".join(words))[0].strip()
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+    if slug and slug not in seen:
+        seen.append(slug)
+print(",".join(seen) or "-")'
+}
+
 guard_ready() {
   "$K" -n cni-guard wait --for=condition=Ready pod -l "$SEL" --timeout=120s >/dev/null
 }
@@ -162,6 +178,8 @@ fi
 
 # The crash: SIGKILL, again and again, for DEAD_S seconds.
 t_kill=$(now)
+syslog_mark=$(stat -c %s "$CLUSTER_DIR/logs/guard-syslog.log")
+kubelet_mark=$(stat -c %s "$CLUSTER_DIR/logs/kubelet.log")
 (
   end=$((SECONDS + DEAD_S))
   while ((SECONDS < end)) && kill -0 $$ 2>/dev/null; do
@@ -216,6 +234,10 @@ if [ -n "${WATCH:-}" ]; then
     fail "the guard's pod is not Ready 60 s after $POD was"
   again=$(since "$t_pod" "$(now)")
 fi
+# Why: the guard's refusals in its log, and the checks its readiness probe failed in kubelet's.
+refused_why=$(tail -c +"$((syslog_mark + 1))" "$CLUSTER_DIR/logs/guard-syslog.log" |
+  sed -n 's/.*verb=ADD .*decision=refused code=11 msg="cni-guard: network not ready: \([^"]*\)".*/\1/p' | why_slugs)
+notready_why=$(tail -c +"$((kubelet_mark + 1))" "$CLUSTER_DIR/logs/kubelet.log" | sed -n 's/^[[:space:]]*✗ //p' | why_slugs)
 say "dead for ${DEAD_S}s from $(date -d "@${t_kill%.*}" +%T)"
 event=${event#*plugin type=}
-echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready guard_ready_s=$again guard_unknown_s=$unknown event=\"${event:0:300}\""
+echo "crash-summary mode=$MODE dead_s=$DEAD_S multus_back_s=$back first_event_s=$first_event pod_ready_s=$ready net1=$net1 guard_notready_s=$notready guard_ready_s=$again guard_unknown_s=$unknown guard_refused_why=$refused_why guard_notready_why=$notready_why event=\"${event:0:300}\""

@@ -21,6 +21,7 @@
 #                                      (FILE `guard`: deploy/multus-cilium for this node;
 #                                      `guard-uninstall`: deploy/uninstall for this node)
 #   scripts/cluster.sh sysctls  the kernel settings `up` saves and `down` puts back (one a line)
+#   scripts/cluster.sh leftovers   what of the cluster is still on the host (nothing after down)
 #   scripts/cluster.sh nodes    one line a node: INDEX NAME ADDRESS FOLDER (its folders on the host)
 #   scripts/cluster.sh in-node I COMMAND...   COMMAND in node I's namespaces
 #
@@ -88,20 +89,37 @@ REPO=$PWD
 # shellcheck source=scripts/versions.sh
 . scripts/versions.sh
 
-CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
+# CLUSTER_INSTANCE=K (0 to 9, default 0): a cluster of its own beside the others on this host,
+# sharing nothing with them but the kernel (a suite runs on three nodes while another runs on
+# one). Instance 0 has the names and addresses below; instance K > 0 its own folder
+# (/var/lib/cni-guard-cluster-K unless CNI_GUARD_CLUSTER_DIR says), network namespaces and
+# cgroups (cgiK-k8s, cgiK-k8s-I), host links (cgiK-host, cgiK-hostI, cgiK-br), logs kept in
+# /tmp/cni-guard-cluster-logs-K and host subnet 10.77.(100+K).0/24, with the bridge primary only.
+# The kernel settings kubelet changes are saved once for every instance and put back by each
+# (save_sysctls).
+INSTANCE=${CLUSTER_INSTANCE:-0}
+[[ $INSTANCE =~ ^[0-9]$ ]] || { echo "cluster: CLUSTER_INSTANCE is 0 to 9, not $INSTANCE" >&2; exit 2; }
+if [ "$INSTANCE" = 0 ]; then
+  CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster}
+  NS_NAME=cni-guard-k8s LINK_NAME=cgk8s NET3=0 LOGS_KEPT=/tmp/cni-guard-cluster-logs
+else
+  CLUSTER_DIR=${CNI_GUARD_CLUSTER_DIR:-/var/lib/cni-guard-cluster-$INSTANCE}
+  NS_NAME=cgi$INSTANCE-k8s LINK_NAME=cgi$INSTANCE NET3=$((100 + INSTANCE))
+  LOGS_KEPT=/tmp/cni-guard-cluster-logs-$INSTANCE
+fi
 # The node's private file system folders, as every node's daemons see them. Node 1 (with the
 # control plane in its network namespace) has them there on the host too; node I > 1 has them
 # in $CLUSTER_DIR/nodeI on the host, bind-mounted at $NODE in a mount namespace of its own
 # (select_node), so that one manifest's hostPaths, one containerd config and one kubelet config
 # serve every node. $NODE_HOST is where the host finds the selected node's.
 NODE=$CLUSTER_DIR/node
-HOST_IP=10.77.0.1
-CP_IP=10.77.0.2 # the control plane's address: node 1's
+HOST_IP=10.77.$NET3.1
+CP_IP=10.77.$NET3.2 # the control plane's address: node 1's
 SERVICE_CIDR=10.96.0.0/16
 API_SERVICE_IP=10.96.0.1 # the `kubernetes` Service; DNAT to the API server (no kube-proxy)
 CLUSTER_POD_SUBNET=10.88.0.0/16 # every node's pods (05-cilium.conflist: bridge cni-guard0 + host-local)
 NET1_SUBNET=10.99.0.0/24 # the NetworkAttachmentDefinition (macvlan on net1-parent)
-BRIDGE=cgk8s-br # with several nodes: the host's bridge between them (at $HOST_IP)
+BRIDGE=$LINK_NAME-br # with several nodes: the host's bridge between them (at $HOST_IP)
 # CLUSTER_NODES=N: `up` brings up N nodes (default 1), each a network namespace, a mount
 # namespace (I > 1), a containerd and a kubelet of its own; the control plane runs once, in node
 # 1's namespace. The other commands take the count of the cluster there ($CLUSTER_DIR/nodes).
@@ -123,14 +141,14 @@ fi
 select_node() {
   NODE_INDEX=$1
   if [ "$1" = 1 ]; then
-    NODE_HOST=$NODE NETNS=cni-guard-k8s VETH_HOST=cgk8s-host NODE_NAME=cni-guard-node
-    CGROUP=cni-guard-k8s NODE_TAG=
+    NODE_HOST=$NODE NETNS=$NS_NAME VETH_HOST=$LINK_NAME-host NODE_NAME=cni-guard-node
+    CGROUP=$NS_NAME NODE_TAG=
   else
-    NODE_HOST=$CLUSTER_DIR/node$1 NETNS=cni-guard-k8s-$1 VETH_HOST=cgk8s-host$1
-    NODE_NAME=cni-guard-node$1 CGROUP=cni-guard-k8s-$1 NODE_TAG=node$1/
+    NODE_HOST=$CLUSTER_DIR/node$1 NETNS=$NS_NAME-$1 VETH_HOST=$LINK_NAME-host$1
+    NODE_NAME=cni-guard-node$1 CGROUP=$NS_NAME-$1 NODE_TAG=node$1/
   fi
   NETNS_PATH=/run/netns/$NETNS
-  NODE_IP=10.77.0.$(($1 + 1))
+  NODE_IP=10.77.$NET3.$(($1 + 1))
   if [ "$NODES" = 1 ]; then POD_SUBNET=$CLUSTER_POD_SUBNET; else POD_SUBNET=10.88.$1.0/24; fi
   GUARD_SYSLOG=$NODE/run/cni-guard-syslog.sock
   CILIUM_BPFFS=$NODE/sys/fs/bpf
@@ -196,7 +214,7 @@ CILIUM_RUN=/run/cilium
 CILIUM_RUN_MARK=$CILIUM_RUN/.cni-guard-cluster-node
 CILIUM_SOCK=$CILIUM_RUN/cilium.sock
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
-LOGS_KEPT=/tmp/cni-guard-cluster-logs # the logs of the last failed `up` / last `down`
+# LOGS_KEPT (above): the logs of the last failed `up` / last `down`
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler guard-syslog containerd kubelet)
 # The guard's syslog on this node (there is no /dev/log here): containerd hands CNI_GUARD_SYSLOG
 # to every plugin it runs, and guard-syslog writes each datagram the guard sends as one line of
@@ -468,7 +486,7 @@ make_network() {
   # Several nodes: the other nodes' pods through their node (native routing, as Cilium's).
   local j
   for ((j = 1; j <= NODES; j++)); do
-    [ "$NODES" = 1 ] || [ "$j" = "$NODE_INDEX" ] || in_node ip route add "10.88.$j.0/24" via "10.77.0.$((j + 1))"
+    [ "$NODES" = 1 ] || [ "$j" = "$NODE_INDEX" ] || in_node ip route add "10.88.$j.0/24" via "10.77.$NET3.$((j + 1))"
   done
 }
 
@@ -1104,6 +1122,9 @@ up() {
     say "a partial cluster is there: removing it first"
     down
   fi
+  if [ "$INSTANCE" != 0 ] && { [ "$PRIMARY" = cilium ] || [ "$NODE_KIND" != netns ]; }; then
+    die "CLUSTER_INSTANCE=$INSTANCE: a cluster beside another runs with CLUSTER_PRIMARY=bridge or daemonset and CLUSTER_NODE=netns only"
+  fi
   if [ "$NODES" != 1 ] && { [ "$PRIMARY" = cilium ] || [ "$NODE_KIND" != netns ]; }; then
     die "CLUSTER_NODES=$NODES: several nodes run with CLUSTER_PRIMARY=bridge or daemonset and CLUSTER_NODE=netns only"
   fi
@@ -1127,8 +1148,7 @@ up() {
   # containers that mount a folder of it with mountPropagation HostToContainer.
   mount --bind "$CLUSTER_DIR" "$CLUSTER_DIR"
   mount --make-rshared "$CLUSTER_DIR"
-  local s
-  for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$CLUSTER_DIR/sysctl.saved"
+  save_sysctls
   [ "$NODES" = 1 ] || make_bridge
   for ((i = 1; i <= NODES; i++)); do
     select_node "$i"
@@ -1265,11 +1285,40 @@ up() {
   if [ "$NODES" = 1 ]; then
     say "up in $((SECONDS - t0))s: node $NODE_NAME Ready at $NODE_IP (API https://$CP_IP:6443)"
   else
-    say "up in $((SECONDS - t0))s: $NODES nodes Ready, $NODE_NAME..cni-guard-node$NODES at 10.77.0.2..$((NODES + 1)) (API https://$CP_IP:6443)"
+    say "up in $((SECONDS - t0))s: $NODES nodes Ready, $NODE_NAME..cni-guard-node$NODES at 10.77.$NET3.2..$((NODES + 1)) (API https://$CP_IP:6443)"
   fi
   echo "KUBECONFIG=$KUBECONFIG_ADMIN"
 }
 
+# The kernel settings as they were before any cluster here came up, saved once in
+# $SYSCTL_SHARED/saved for every instance: an instance that came up while another's kubelet had
+# just set them would otherwise save kubelet's values and put those back. Each instance that is
+# up has a file in $SYSCTL_SHARED/users (its folder); the last one down removes the saved values.
+SYSCTL_SHARED=/run/cni-guard-cluster-sysctls
+save_sysctls() {
+  local s u fd
+  mkdir -p "$SYSCTL_SHARED/users"
+  exec {fd}>"$SYSCTL_SHARED/lock"
+  flock "$fd"
+  for u in "$SYSCTL_SHARED"/users/*; do # instances removed without their `down`
+    [ -f "$u" ] && [ ! -d "$(cat "$u")" ] && rm -f "$u"
+  done
+  if ! compgen -G "$SYSCTL_SHARED/users/*" >/dev/null || [ ! -s "$SYSCTL_SHARED/saved" ]; then
+    for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$SYSCTL_SHARED/saved"
+  fi
+  echo "$CLUSTER_DIR" >"$SYSCTL_SHARED/users/$INSTANCE"
+  cp "$SYSCTL_SHARED/saved" "$CLUSTER_DIR/sysctl.saved"
+  exec {fd}>&-
+}
+release_sysctls() {
+  local fd
+  [ -d "$SYSCTL_SHARED/users" ] || return 0
+  exec {fd}>"$SYSCTL_SHARED/lock"
+  flock "$fd"
+  rm -f "$SYSCTL_SHARED/users/$INSTANCE"
+  compgen -G "$SYSCTL_SHARED/users/*" >/dev/null || rm -rf "$SYSCTL_SHARED"
+  exec {fd}>&-
+}
 restore_sysctls() {
   [ -f "$CLUSTER_DIR/sysctl.saved" ] || return 0
   local line
@@ -1338,6 +1387,7 @@ down() {
   remove_bridge
   unmount_all
   restore_sysctls
+  release_sysctls
   # What kubelet and libcni write outside the folder they are given. libcni's cache keeps an
   # entry whose DEL never ran through the config that made it (a sandbox torn down through
   # another file, as in the incident): every entry of this node's network namespaces goes.
@@ -1354,6 +1404,23 @@ down() {
   keep_logs
   if [ -z "$(mounts_below)" ]; then rm -rf "$CLUSTER_DIR"; fi
   say "down (logs kept in $LOGS_KEPT)"
+}
+
+# leftovers: what of this cluster (instance) is still on the host, one line each; nothing once
+# `down` removed it all (its network namespaces, host links, cgroups, folder, mounts, processes).
+leftovers() {
+  local i
+  for ((i = 1; i <= 9; i++)); do
+    select_node "$i"
+    [ ! -e "$NETNS_PATH" ] || echo "network namespace $NETNS"
+    ! ip link show "$VETH_HOST" >/dev/null 2>&1 || echo "host link $VETH_HOST"
+    ! compgen -G "/sys/fs/cgroup/*/$CGROUP" >/dev/null || echo "cgroups $CGROUP"
+  done
+  select_node 1
+  ! ip link show "$BRIDGE" >/dev/null 2>&1 || echo "bridge $BRIDGE"
+  [ ! -e "$CLUSTER_DIR" ] || echo "folder $CLUSTER_DIR"
+  [ -z "$(mounts_below)" ] || echo "mounts below $CLUSTER_DIR"
+  ! pgrep -f "$CLUSTER_DIR/" >/dev/null || echo "processes naming $CLUSTER_DIR/"
 }
 
 status() {
@@ -1400,6 +1467,7 @@ case "${1:-}" in
     esac ;;
   status) status ;;
   sysctls) printf '%s\n' "${SYSCTLS[@]}" ;; # the kernel settings up saves and down puts back
+  leftovers) leftovers ;;
   nodes) # one line a node: INDEX NAME ADDRESS FOLDER (where the host finds the node's folders)
     for ((i = 1; i <= NODES; i++)); do select_node "$i"; echo "$i $NODE_NAME $NODE_IP $NODE_HOST"; done ;;
   in-node) # I COMMAND...: COMMAND in node I's namespaces (network; mount and UTS for I > 1)
@@ -1414,5 +1482,5 @@ case "${1:-}" in
       guard-uninstall) guard_manifest uninstall ;;
       *) manifest "$2" ;;
     esac ;;
-  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,26p' "$0" >&2; exit 2 ;;
 esac

@@ -26,7 +26,7 @@
 #   scripts/setup.sh --background     # steps 1-2 and the containerd-side builds of 3 (what the
 #                                     # cargo tests and the 20/25/30 suites need) in the
 #                                     # foreground; the node's builds (etcd, Multus, Kubernetes,
-#                                     # then Cilium, Helm, promtool, the VM image) go on in the
+#                                     # Reloader, then Cilium, Helm, promtool, the VM image) go on in the
 #                                     # background at nice 19, logged to
 #                                     # $CNI_GUARD_GO_CACHE/setup-background.log. The first
 #                                     # three need Go alone: they start before apt (whose
@@ -34,10 +34,11 @@
 #                                     # the packages (clang, mmdebstrap, ...)
 #   scripts/setup.sh --wait cluster   # waits for etcd, Multus and Kubernetes (builds them here
 #                                     # when no background build is there), checks them
+#   scripts/setup.sh --wait reloader  # the same, then Reloader (the three-node suites)
 #   scripts/setup.sh --wait           # the same for everything
 # scripts/test.sh runs the tests that need none of the node's builds while they are made (a cold
 # run's longest part: 20-30 min of Go builds on 2 cores). Each group of builds holds a lock
-# ($CNI_GUARD_GO_CACHE/.setup-cluster.lock, .setup-rest.lock) while it runs, so a second
+# ($CNI_GUARD_GO_CACHE/.setup-cluster.lock, .setup-reloader.lock, .setup-rest.lock) while it runs, so a second
 # setup.sh waits for it instead of building into the same folders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,9 +63,9 @@ case "${1:-}" in
   --background) mode=background ;;
   --wait)
     mode=wait wait_for=${2:-all}
-    case "$wait_for" in cluster | all) ;; *) echo "setup: --wait cluster|all, not $wait_for" >&2; exit 2 ;; esac
+    case "$wait_for" in cluster | reloader | all) ;; *) echo "setup: --wait cluster|reloader|all, not $wait_for" >&2; exit 2 ;; esac
     ;;
-  *) echo "usage: scripts/setup.sh [--background | --wait [cluster|all]]" >&2; exit 2 ;;
+  *) echo "usage: scripts/setup.sh [--background | --wait [cluster|reloader|all]]" >&2; exit 2 ;;
 esac
 SRC_PACKAGE=golang-github-appc-cni
 
@@ -479,6 +480,15 @@ cluster_builds() {
   say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
 }
 
+# Part 1b: stakater/Reloader (the three-node suites, conformance/k8s/several-nodes.sh, which
+# 35-kubernetes.sh runs beside its own once its node is up: it waits for this part then).
+reloader_builds() {
+  GO_NICE="nice -n 10" COPY_REPLACES=$RELOADER_REPLACES copied_component "Reloader $RELOADER_VERSION" \
+    "$(dirname "$RELOADER_BIN")" "-s -w" "$RELOADER_MODULE" "$RELOADER_VERSION" reloader:Reloader -- .
+  [ -x "$RELOADER_BIN/reloader" ] || { say "$RELOADER_BIN/reloader was not built" >&2; exit 1; }
+  say "Reloader $RELOADER_VERSION"
+}
+
 # Part 2: Cilium (37-cilium.sh), then Helm and promtool (45-helm.sh, 47-metrics.sh).
 rest_builds() {
   # Cilium: the agent and its CNI plugin (issue 19), niced (the longest build after Kubernetes); the
@@ -525,15 +535,6 @@ rest_builds() {
   # cached by recipe under /var/cache/cni-guard/vm ---
   bash scripts/vm-image.sh build >/dev/null
 
-  # --- Reloader (the cutover of several nodes: conformance/k8s/several-nodes.sh, by hand) ---
-  # Last, and not fatal: no suite of scripts/test.sh needs it yet, so a failed build is said
-  # (several-nodes.sh then refuses to run) rather than failing the parts that do not.
-  # shellcheck disable=SC2030,SC2031 # wrappers: the subshell removes its own
-  if ! (trap 'rm -rf "${wrappers[@]}"' EXIT
-        GO_NICE="nice -n 10" COPY_REPLACES=$RELOADER_REPLACES copied_component "Reloader $RELOADER_VERSION" \
-          "$(dirname "$RELOADER_BIN")" "-s -w" "$RELOADER_MODULE" "$RELOADER_VERSION" reloader:Reloader -- .); then
-    say "Reloader $RELOADER_VERSION was NOT built (see above): conformance/k8s/several-nodes.sh cannot run"
-  fi
 }
 
 # --- what runs where ---------------------------------------------------------------------------
@@ -579,7 +580,7 @@ wait_group() {
   (
     flock -n 9 || { say "waiting for the background build ($name; log $BG_LOG)"; flock 9; }
     show_background
-    rc=$(sed -n "s/^$name=//p" "$BG_STATUS" 2>/dev/null | tail -n1)
+    rc=$({ sed -n "s/^$name=//p" "$BG_STATUS" 2>/dev/null || true; } | tail -n1) # none: no background build
     if [ -n "$rc" ] && [ "$rc" != 0 ]; then
       say "the background build of $name failed (exit $rc, above): building it here"
     fi
@@ -590,9 +591,9 @@ wait_group() {
 
 start_background() {
   mkdir -p "$LOCKS"
-  exec 8>"$LOCKS/.setup-cluster.lock" 9>"$LOCKS/.setup-rest.lock"
-  if ! flock -n 8 || ! flock -n 9; then
-    exec 8>&- 9>&-
+  exec 7>"$LOCKS/.setup-reloader.lock" 8>"$LOCKS/.setup-cluster.lock" 9>"$LOCKS/.setup-rest.lock"
+  if ! flock -n 7 || ! flock -n 8 || ! flock -n 9; then
+    exec 7>&- 8>&- 9>&-
     say "another setup.sh is building (a lock is held): --wait waits for it"
     return
   fi
@@ -608,6 +609,9 @@ start_background() {
     group cluster_builds
     echo "cluster=$?" >>"$BG_STATUS"
     exec 8>&- # 35-kubernetes.sh may go on
+    group reloader_builds
+    echo "reloader=$?" >>"$BG_STATUS"
+    exec 7>&- # its three-node suites too
     # The rest needs the apt packages: it waits for the foreground's base phase.
     while [ ! -e "$BASE_DONE" ]; do
       if ! kill -0 "$setup_pid" 2>/dev/null; then
@@ -620,8 +624,8 @@ start_background() {
     group rest_builds
     echo "rest=$?" >>"$BG_STATUS"
   ) &
-  exec 8>&- 9>&-
-  say "building etcd, Multus, Kubernetes, then Cilium, Helm, promtool and the VM image in the background (pid $!, nice 19, log $BG_LOG)"
+  exec 7>&- 8>&- 9>&-
+  say "building etcd, Multus, Kubernetes, Reloader, then Cilium, Helm, promtool and the VM image in the background (pid $!, nice 19, log $BG_LOG)"
 }
 
 case $mode in
@@ -630,6 +634,7 @@ case $mode in
     go_init
     runtime_builds
     locked cluster cluster_builds
+    locked reloader reloader_builds
     locked rest rest_builds
     ;;
   background)
@@ -642,6 +647,7 @@ case $mode in
   wait)
     go_init
     wait_group cluster cluster_builds
+    if [ "$wait_for" != cluster ]; then wait_group reloader reloader_builds; fi
     if [ "$wait_for" = all ]; then wait_group rest rest_builds; fi
     ;;
 esac

@@ -480,8 +480,8 @@ cluster_builds() {
   say "Kubernetes $KUBERNETES_VERSION; etcd $ETCD_VERSION; Multus $MULTUS_VERSION"
 }
 
-# Part 1b: stakater/Reloader (the three-node suites, conformance/k8s/several-nodes.sh, which
-# 35-kubernetes.sh runs beside its own once its node is up: it waits for this part then).
+# Part 1b: stakater/Reloader (the three-node suites, conformance/k8s/several-nodes.sh; by hand,
+# beside 35-kubernetes.sh's cluster if wanted: `scripts/setup.sh --wait reloader` waits for it).
 reloader_builds() {
   GO_NICE="nice -n 10" COPY_REPLACES=$RELOADER_REPLACES copied_component "Reloader $RELOADER_VERSION" \
     "$(dirname "$RELOADER_BIN")" "-s -w" "$RELOADER_MODULE" "$RELOADER_VERSION" reloader:Reloader -- .

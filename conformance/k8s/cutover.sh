@@ -28,6 +28,11 @@
 #   stuck_teardowns   sandboxes whose network teardown failed at least once in the run (the
 #                     nodes' kubelet logs: "failed to destroy network for sandbox"); the pod
 #                     cannot get a new sandbox meanwhile
+#   teardowns_untrusted, teardowns_other, teardowns_unfinished   (with the guard; "-" without)
+#                     of those sandboxes: the ones whose DEL was inside Multus when it stopped, so
+#                     that the guard did not trust its result and, Multus away past the DEL's
+#                     budget, answered 11 for kubelet to retry; the ones that failed otherwise;
+#                     the ones not torn down yet (lib.sh's nodes_teardowns, 120 s given)
 #   notready_s        the most seconds any node's Ready condition was not seen True (one poll a
 #                     second of every node; a failed poll counts as not True)
 #   duration_s        from the first ConfigMap change to every node in the new layout (both
@@ -164,6 +169,8 @@ pods=$(wc -l <"$W/verdicts")
 full=$(awk '$3 == "full"' "$W/verdicts" | wc -l)
 bare=$(awk '$3 == "bare"' "$W/verdicts" | wc -l)
 read -r refused held stuck < <(nodes_tally "${NODE_NAMES[@]}")
+untrusted=- other=- unfinished=-
+[ "$g" = 0 ] || read -r untrusted other unfinished < <(nodes_teardowns 120)
 [ -s "$W/ready-polls" ] || fail "the nodes' Ready conditions were never polled"
 read -r notready _ < <(nodes_notready "$W/ready-polls" "${NODE_NAMES[@]}")
-echo "cutover-summary nodes=$NODES primary=$(cat "$CLUSTER_DIR/primary") guard=$GUARD order=$ORDER pods=$pods full=$full bare=$bare refused=$refused stuck_teardowns=$stuck notready_s=$notready duration_s=$duration held=$held"
+echo "cutover-summary nodes=$NODES primary=$(cat "$CLUSTER_DIR/primary") guard=$GUARD order=$ORDER pods=$pods full=$full bare=$bare refused=$refused stuck_teardowns=$stuck notready_s=$notready duration_s=$duration held=$held teardowns_untrusted=$untrusted teardowns_other=$other teardowns_unfinished=$unfinished"

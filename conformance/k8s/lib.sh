@@ -491,3 +491,33 @@ nodes_tally() {
   done <"$W/marks"
   echo "$refused $held $stuck"
 }
+# nodes_teardowns [TIMEOUT]: after nodes_tally, "UNTRUSTED OTHER UNFINISHED" over the nodes, of the
+# sandboxes whose teardown failed: UNTRUSTED, those the guard failed itself because the delegate
+# went away while their DEL ran through it (Multus stopped with the DEL inside it: that run's
+# result is not trusted, and past the DEL's budget the guard answers 11 for kubelet to retry);
+# OTHER, those that failed for any other reason (a kubelet line without that message); UNFINISHED,
+# those with no successful DEL (decision=deleted-... or nothing-to-do) in the guard's log since
+# the marks, waited for up to TIMEOUT s (default 0; kubelet retries a teardown with a back-off),
+# the logs read again each time. Meaningful with the guard only.
+nodes_teardowns() {
+  local i k g id untrusted other unfinished end=$((SECONDS + ${1:-0}))
+  while :; do
+    untrusted=0 other=0 unfinished=0
+    while read -r i k g; do
+      tail -c +"$((g + 1))" "$(node_log "$i" guard-syslog)" >"$W/guard-$i.log"
+      tail -c +"$((k + 1))" "$(node_log "$i" kubelet)" >"$W/kubelet-$i.log"
+      while read -r id; do
+        if grep -q "verb=DEL container=$id .*decision=refused code=11 msg=\"cni-guard: delegate .* went away while its DEL ran" "$W/guard-$i.log"; then
+          untrusted=$((untrusted + 1))
+        fi
+        if grep "failed to destroy network for sandbox [^a-f0-9]*$id" "$W/kubelet-$i.log" | grep -vq 'went away while its DEL ran'; then
+          other=$((other + 1))
+        fi
+        grep -Eq "verb=DEL container=$id .*decision=(deleted-[a-z]+|nothing-to-do)" "$W/guard-$i.log" || unfinished=$((unfinished + 1))
+      done < <(failed_teardowns "$W/kubelet-$i.log")
+    done <"$W/marks"
+    [ "$unfinished" -gt 0 ] && [ "$SECONDS" -lt "$end" ] || break
+    sleep 5
+  done
+  echo "$untrusted $other $unfinished"
+}

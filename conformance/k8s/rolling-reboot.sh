@@ -26,6 +26,10 @@
 #   max_notready_nodes  the most nodes not seen Ready in one poll (one a second)
 #   duration_s          from the first cordon to the last node's pods settled
 #   refused, held       the guard's own log lines on every node in the run
+#   teardowns_untrusted, teardowns_other, teardowns_unfinished   of the stuck teardowns: DELs
+#                       inside Multus when it stopped (their result not trusted by the guard,
+#                       retried by kubelet), the other failures, the ones not torn down yet
+#                       (lib.sh's nodes_teardowns, 120 s given)
 #   first_conf          per node, the first file in its conf dir after the boot, in name order
 #                       (with etc_cni=disk what the reboot left; with tmpfs the first writer's)
 #
@@ -150,6 +154,7 @@ pods=$(wc -l <"$W/class")
 full=$(awk '$3 == "full"' "$W/class" | wc -l)
 bare=$(awk '$3 == "bare"' "$W/class" | wc -l)
 read -r refused held stuck < <(nodes_tally "${NODE_NAMES[@]}")
+read -r untrusted other unfinished < <(nodes_teardowns 120)
 [ -s "$W/ready-polls" ] || fail "the nodes' Ready conditions were never polled"
 read -r _ most < <(nodes_notready "$W/ready-polls" "${NODE_NAMES[@]}")
-echo "rolling-reboot-summary nodes=$NODES layout=$LAYOUT guard=on etc_cni=$ETC_CNI pods=$pods bare=$bare stuck_teardowns=$stuck max_notready_nodes=$most duration_s=$duration full=$full refused=$refused held=$held first_conf=$(IFS=,; echo "${first_confs[*]}")"
+echo "rolling-reboot-summary nodes=$NODES layout=$LAYOUT guard=on etc_cni=$ETC_CNI pods=$pods bare=$bare stuck_teardowns=$stuck max_notready_nodes=$most duration_s=$duration full=$full refused=$refused held=$held teardowns_untrusted=$untrusted teardowns_other=$other teardowns_unfinished=$unfinished first_conf=$(IFS=,; echo "${first_confs[*]}")"

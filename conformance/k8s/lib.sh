@@ -496,8 +496,8 @@ nodes_tally() {
 # went away while their DEL ran through it (Multus stopped with the DEL inside it: that run's
 # result is not trusted, and past the DEL's budget the guard answers 11 for kubelet to retry);
 # OTHER, those that failed for any other reason (a kubelet line without that message); UNFINISHED,
-# those with no successful DEL (decision=deleted-... or nothing-to-do) in the guard's log since
-# the marks, waited for up to TIMEOUT s (default 0; kubelet retries a teardown with a back-off),
+# those whose last DEL in the guard's log since the marks is no success (decision=deleted-... or
+# nothing-to-do), or that have none there, waited for up to TIMEOUT s (default 0; kubelet retries a teardown with a back-off),
 # the logs read again each time. Meaningful with the guard only.
 nodes_teardowns() {
   local i k g id untrusted other unfinished end=$((SECONDS + ${1:-0}))
@@ -513,7 +513,8 @@ nodes_teardowns() {
         if grep "failed to destroy network for sandbox [^a-f0-9]*$id" "$W/kubelet-$i.log" | grep -vq 'went away while its DEL ran'; then
           other=$((other + 1))
         fi
-        grep -Eq "verb=DEL container=$id .*decision=(deleted-[a-z]+|nothing-to-do)" "$W/guard-$i.log" || unfinished=$((unfinished + 1))
+        { grep "verb=DEL container=$id " "$W/guard-$i.log" || true; } | tail -n 1 |
+          grep -Eq "decision=(deleted-[a-z]+|nothing-to-do)" || unfinished=$((unfinished + 1))
       done < <(failed_teardowns "$W/kubelet-$i.log")
     done <"$W/marks"
     [ "$unfinished" -gt 0 ] && [ "$SECONDS" -lt "$end" ] || break

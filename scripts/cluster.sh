@@ -1301,7 +1301,7 @@ save_sysctls() {
   exec {fd}>"$SYSCTL_SHARED/lock"
   flock "$fd"
   for u in "$SYSCTL_SHARED"/users/*; do # instances removed without their `down`
-    [ -f "$u" ] && [ ! -d "$(cat "$u")" ] && rm -f "$u"
+    if [ -f "$u" ] && [ ! -d "$(cat "$u")" ]; then rm -f "$u"; fi
   done
   if ! compgen -G "$SYSCTL_SHARED/users/*" >/dev/null || [ ! -s "$SYSCTL_SHARED/saved" ]; then
     for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$SYSCTL_SHARED/saved"

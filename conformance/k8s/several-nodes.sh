@@ -34,8 +34,8 @@ done
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(cutover rolling-reboot)
 # CLUSTER_INSTANCE=K (scripts/cluster.sh) runs the nodes as a cluster of their own beside
-# instance 0's (35-kubernetes.sh runs these suites so, beside its own); the caller exports the
-# instance's CNI_GUARD_CLUSTER_DIR with it.
+# instance 0's (35-kubernetes.sh's, say); the caller exports the instance's CNI_GUARD_CLUSTER_DIR
+# with it.
 INSTANCE=${CLUSTER_INSTANCE:-0}
 if [ "$INSTANCE" = 0 ]; then
   LOCK=/run/lock/cni-guard-node.lock
